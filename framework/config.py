@@ -1,0 +1,194 @@
+"""Run configuration: pydantic models, YAML in, ``--set a.b=value`` overrides.
+
+Component sections (sampler, clipper, accountant, encoder) hold a ``name`` plus that
+component's own options; the options are validated against the component's ``Params`` model
+when the run is assembled, still before any data is read. Every error names the file, the
+field and the bad value.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from graphveil.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ComponentConfig(BaseModel):
+    """``{name: <component>, <option>: <value>, ...}``"""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(description="Registered component name (see `graphveil plugins`).")
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class SplitConfig(_Strict):
+    train_fraction: float = Field(0.5, gt=0, lt=1, description="Share of entities on the training side.")
+    seed: int = Field(0, description="Seed of the entity split (independent of the training seed).")
+
+
+class DataConfig(_Strict):
+    source: Literal["citeseer", "citeseer_tape", "edge_list", "pyg"] = Field(
+        "citeseer", description="citeseer: the graph bundled with GraphVeil; citeseer_tape: a TAPE "
+        "CiteSeer folder; edge_list: edges CSV/TSV + entity table; pyg: a saved torch_geometric Data."
+    )
+    path: Path | None = Field(None, description="Folder (citeseer_tape), edge file (edge_list) or .pt file (pyg).")
+    entities: Path | None = Field(None, description="Entity table for edge_list: CSV/TSV/JSONL with id and text.")
+    split: SplitConfig = Field(default_factory=SplitConfig)
+    max_entities: int | None = Field(None, gt=0, description="Keep only the first N entities (quick runs).")
+
+    @model_validator(mode="after")
+    def _paths(self) -> DataConfig:
+        if self.source in ("citeseer_tape", "edge_list", "pyg") and self.path is None:
+            raise ValueError(f"data.path is required for source {self.source!r}")
+        if self.source == "edge_list" and self.entities is None:
+            raise ValueError("data.entities is required for source 'edge_list'")
+        return self
+
+
+class TrainingConfig(_Strict):
+    steps: int = Field(100, ge=0, description="Optimizer steps (each one accounted).")
+    loss: Literal["infonce", "hinge"] = Field("infonce", description="Per-tuple loss.")
+    temperature: float = Field(0.05, gt=0, description="InfoNCE temperature on cosine scores.")
+    margin: float = Field(0.2, gt=0, description="Hinge margin on cosine scores.")
+    optimizer: Literal["adam", "sgd"] = Field("adam", description="DP-Adam or DP-SGD (post-processing of the noisy sum).")
+    lr: float = Field(1e-3, gt=0, description="Learning rate.")
+    eval_every: int = Field(0, ge=0, description="Evaluate every N steps (0: only at the end).")
+
+
+class PrivacyConfig(_Strict):
+    enabled: bool = Field(True, description="False: non-private baseline (no clipping, no noise, no claim).")
+    target_epsilon: float | None = Field(None, description="Calibrate σ so that ε after all steps is at most this.")
+    noise_multiplier: float | None = Field(None, description="σ; noise std is σ·C. Mutually exclusive with target_epsilon.")
+    delta: float | None = Field(None, description="δ; default 1/|Ē| (records after degree capping).")
+    secure_rng: bool = Field(False, description="Draw noise from the OS CSPRNG instead of the seeded generator.")
+
+    @field_validator("target_epsilon")
+    @classmethod
+    def _eps(cls, v: float | None) -> float | None:
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ValueError("must be a finite number > 0")
+        return v
+
+    @field_validator("noise_multiplier")
+    @classmethod
+    def _sigma(cls, v: float | None) -> float | None:
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ValueError("must be a finite number > 0")
+        return v
+
+    @field_validator("delta")
+    @classmethod
+    def _delta(cls, v: float | None) -> float | None:
+        if v is not None and not 0 < v < 1:
+            raise ValueError("must be in (0, 1)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_of(self) -> PrivacyConfig:
+        if self.enabled and (self.target_epsilon is None) == (self.noise_multiplier is None):
+            raise ValueError("give exactly one of privacy.target_epsilon and privacy.noise_multiplier")
+        return self
+
+
+class EvaluationConfig(_Strict):
+    batch_size: int = Field(256, gt=1, description="Candidates per ranking batch (in-batch negatives).")
+    max_edges: int | None = Field(None, gt=0, description="Evaluate on at most N held-out relations.")
+
+
+class OutputConfig(_Strict):
+    dir: Path | None = Field(None, description="Run directory; default runs/<name>-<timestamp>.")
+    progress: bool = Field(True, description="Show a progress bar.")
+
+
+class RunConfig(_Strict):
+    name: str = Field("run", description="Run name, used in the default output directory.")
+    seed: int = Field(0, description="Seed of the run's one generator.")
+    threads: int | None = Field(None, gt=0, description="torch intra-op threads (default: torch's choice).")
+    data: DataConfig = Field(default_factory=DataConfig)
+    sampler: ComponentConfig
+    clipper: ComponentConfig
+    accountant: ComponentConfig
+    encoder: ComponentConfig
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    privacy: PrivacyConfig = Field(default_factory=lambda: PrivacyConfig(target_epsilon=10.0))
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"a.b=value"`` → (["a", "b"], value parsed as YAML)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. sampler.batch_size=128")
+    key, raw = text.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"--set {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {text!r}: value is not valid YAML ({exc})") from exc
+    return parts, value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = raw
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {text!r}: {part!r} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return raw
+
+
+def format_validation_error(source: str, exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "missing":
+        return f"{source}: {field}: required field is missing"
+    return f"{source}: {field}: {msg} (got {first.get('input')!r})"
+
+
+def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(source, exc)) from exc
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Read a YAML run config, apply ``--set`` overrides, validate.
+
+    :raises ConfigError: naming the file, the field and the bad value.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
+    raw = apply_overrides(raw, overrides or [])
+    return config_from_dict(raw, str(path))

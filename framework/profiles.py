@@ -1,0 +1,98 @@
+"""Profiles: what a sampler does, what a clipper bounds, what an accountant can analyse.
+
+A DP claim is only as good as the match between what the code does and what the accountant
+assumes (DESIGN.md, "The invariant"). Every sampler declares a :class:`SamplingKind`, every
+clipper a :class:`SensitivityKind`, and every accountant the set of ``(sampling, sensitivity)``
+pairs it can analyse. :func:`check_compatible` refuses any other pair before data is read.
+
+Once the graph is loaded, the sampler also reports a numeric :class:`SamplingProfile`
+(γ, m, n, K, k_neg) that the accountant consumes; names state the assumed distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from graphveil.errors import ProfileMismatchError
+
+
+class PrivacyUnit(str, Enum):
+    EDGE = "edge"
+    NODE = "node"
+
+
+class SamplingKind(str, Enum):
+    #: Poisson(γ) positives + NEG-SAMPLE-WOR negatives (paper 1, Alg. 2 / Thm 3), degree capped to K.
+    COUPLED_POISSON_WOR = "coupled_poisson_wor"
+    #: Poisson(γ) positives + negatives drawn with replacement per tuple (not analysable at node level).
+    COUPLED_POISSON_WR = "coupled_poisson_wr"
+    #: Poisson(γ) positives, each tuple's negatives drawn independently of all data (paper 2, Sec. 3).
+    POISSON_DECOUPLED = "poisson_decoupled"
+    #: Plain Poisson(γ) over records.
+    POISSON = "poisson"
+    #: Disjoint partitions, one per step (paper 3).
+    DISJOINT_PARTITIONS = "disjoint_partitions"
+    FULL_BATCH = "full_batch"
+
+
+class SensitivityKind(str, Enum):
+    #: FREQ-CLIP (paper 1, Alg. 1) with |B⁻(u)| ≤ 1: sensitivity C per node (Prop. 4.1).
+    FREQ_CLIP_NODE = "freq_clip_node"
+    #: Standard per-tuple clipping at C under node-level DP: (|B⁺(u)| + 2|B⁻(u)|)·C (Eq. 2, Thm C.1).
+    STANDARD_TUPLE_NODE = "standard_tuple_node"
+    #: Per-tuple clipping at C under edge-level DP with decoupled negatives: C per edge.
+    PER_TUPLE_EDGE = "per_tuple_edge"
+    #: No clipping: no DP claim possible (non-private baseline).
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class SamplingProfile:
+    """Numbers the accountant needs about one sampler on one graph.
+
+    :param kind: the distribution the sampler draws from.
+    :param rate: γ, the Poisson rate of positive records.
+    :param num_records: m, the number of positive records (edges after degree capping).
+    :param num_nodes: n, the size of the node set negatives are drawn from.
+    :param degree_cap: K, the maximum degree after capping (None if not capped).
+    :param k_neg: negatives per positive.
+    """
+
+    kind: SamplingKind
+    rate: float
+    num_records: int
+    num_nodes: int = 0
+    degree_cap: int | None = None
+    k_neg: int = 0
+
+
+@dataclass(frozen=True)
+class SensitivityProfile:
+    """What a clipper bounds: the kind, the privacy unit and the clip norm C."""
+
+    kind: SensitivityKind
+    unit: PrivacyUnit
+    clip_norm: float
+
+
+def check_compatible(
+    accountant_name: str,
+    supported: frozenset[tuple[SamplingKind, SensitivityKind]],
+    sampler_name: str,
+    sampling: SamplingKind,
+    clipper_name: str,
+    sensitivity: SensitivityKind,
+) -> None:
+    """Refuse a run whose accountant cannot analyse the sampler/clipper pair.
+
+    :raises ProfileMismatchError: naming the pair and what the accountant supports.
+    """
+    if (sampling, sensitivity) in supported:
+        return
+    options = ", ".join(sorted(f"({a.value}, {b.value})" for a, b in supported)) or "none"
+    raise ProfileMismatchError(
+        f"accountant {accountant_name!r} cannot analyse sampler {sampler_name!r} "
+        f"({sampling.value}) with clipper {clipper_name!r} ({sensitivity.value}); "
+        f"it analyses: {options}"
+    )

@@ -1,0 +1,29 @@
+"""Edge-level DP for relational fine-tuning (paper: privately-learning-from-graphs-llm-finetuning).
+
+Poisson positives with decoupled negatives (drawn uniformly from V per tuple, independent of
+the data), per-tuple clipping at C, and accounting by dp-accounting's RDP analysis of the
+Poisson-subsampled Gaussian.
+"""
+
+from graphveil.hookspecs import hookimpl
+
+
+@hookimpl
+def graphveil_samplers():
+    from graphveil.plugins.edge_dp.sampler import PoissonDecoupledSampler
+
+    return {"edge_poisson_decoupled": PoissonDecoupledSampler}
+
+
+@hookimpl
+def graphveil_clippers():
+    from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper
+
+    return {"per_tuple_clip": PerTupleEdgeClipper}
+
+
+@hookimpl
+def graphveil_accountants():
+    from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
+
+    return {"edge_rdp": EdgeRdpAccountant}

@@ -1,0 +1,17 @@
+"""DP-SGD basics every run may need: the non-private baseline pieces (no clipping, no accounting)."""
+
+from graphveil.hookspecs import hookimpl
+
+
+@hookimpl
+def graphveil_clippers():
+    from graphveil.plugins.standard.baseline import NoClip
+
+    return {"no_clip": NoClip}
+
+
+@hookimpl
+def graphveil_accountants():
+    from graphveil.plugins.standard.baseline import NoAccountant
+
+    return {"no_accounting": NoAccountant}
