@@ -1,0 +1,235 @@
+"""Build a :class:`RelationalGraph` from raw records, refusing or cleaning bad input.
+
+Policy (every loader goes through these functions):
+
+* duplicate entity ids, empty or whitespace-only texts, NaN/inf features → :class:`DataError`
+  naming the file, line or row and the id;
+* an edge naming an unknown entity id → :class:`DataError` naming the file, line and id, unless
+  the loader opts into ``on_unknown="drop"``: such edges are dropped, counted, logged and
+  recorded in ``graph.notes`` (an edge that is also a self-loop counts as unknown);
+* self-loops → dropped, counted, logged;
+* duplicate relations, in either direction → kept once, counted, logged;
+* edges are stored once each as ``u < v``, sorted, int64.
+
+Counts land in ``graph.notes`` under the keys below, so a report can show what was cleaned.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from graphveil.data.graph import RelationalGraph
+from graphveil.errors import DataError
+
+log = logging.getLogger(__name__)
+
+OnUnknown = Literal["error", "drop"]
+
+UNKNOWN_EDGES = "dropped_unknown_edges"
+UNKNOWN_IDS = "unknown_ids"
+SELF_LOOPS = "dropped_self_loops"
+DUPLICATES = "dropped_duplicate_edges"
+
+
+@dataclass(frozen=True)
+class EntityRecords:
+    """Entity rows as read from a file: ids, optional texts and label names, line numbers.
+
+    :param source: file name used in error messages.
+    :param lines: 1-based line (or record) number of each entity, for messages.
+    :param labels: class name per entity; ``None`` or ``""`` means unlabelled.
+    """
+
+    source: str
+    ids: list[str]
+    lines: list[int]
+    texts: list[str] | None = None
+    labels: list[str | None] | None = None
+
+
+@dataclass(frozen=True)
+class EdgeRecords:
+    """Relation rows as read from a file: endpoint ids and the line each came from."""
+
+    source: str
+    pairs: list[tuple[str, str]]
+    lines: list[int]
+
+
+def _where(source: str, line: int | None) -> str:
+    return source if line is None else f"{source}, line {line}"
+
+
+def index_entities(ids: Sequence[str], source: str, lines: Sequence[int] | None = None) -> dict[str, int]:
+    """External id → index; refuses an empty table, empty ids and duplicate ids."""
+    if not ids:
+        raise DataError(f"{source}: no entities")
+    position: dict[str, int] = {}
+    for i, eid in enumerate(ids):
+        line = None if lines is None else lines[i]
+        if not eid:
+            raise DataError(f"{_where(source, line)}: empty entity id")
+        if eid in position:
+            first = position[eid] if lines is None else lines[position[eid]]
+            kind = "row" if lines is None else "line"
+            raise DataError(f"{_where(source, line)}: duplicate entity id {eid!r} (first at {kind} {first})")
+        position[eid] = i
+    return position
+
+
+def check_texts(ids: Sequence[str], texts: Sequence[str], source: str, lines: Sequence[int] | None = None) -> list[str]:
+    """Refuses a missing, non-string, empty or whitespace-only text, naming the entity id."""
+    if len(texts) != len(ids):
+        raise DataError(f"{source}: {len(texts)} texts for {len(ids)} entities")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or not text.strip():
+            line = None if lines is None else lines[i]
+            what = "no text" if not isinstance(text, str) else "empty text"
+            raise DataError(f"{_where(source, line)}: entity {ids[i]!r} has {what}")
+    return list(texts)
+
+
+def check_features(features: torch.Tensor, num_nodes: int, source: str) -> torch.Tensor:
+    """``(n, f)`` floating tensor with finite entries; the error names the first bad row."""
+    x = torch.as_tensor(features)
+    if x.dim() != 2 or x.shape[0] != num_nodes:
+        raise DataError(f"{source}: features must be ({num_nodes}, f), got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        x = x.to(torch.get_default_dtype())
+    bad = ~torch.isfinite(x)
+    if bad.any():
+        rows = bad.any(dim=1).nonzero().flatten()
+        row = int(rows[0])
+        col = int(bad[row].nonzero()[0])
+        raise DataError(
+            f"{source}: features row {row} has a non-finite value ({float(x[row, col])} in column "
+            f"{col}); {rows.numel()} row(s) affected"
+        )
+    return x
+
+
+def encode_labels(names: Sequence[str | None]) -> tuple[torch.Tensor, list[str]]:
+    """Class names → ``(n,)`` int64 indices into the sorted distinct names; missing → ``-1``."""
+    label_names = sorted({name for name in names if name})
+    index = {name: c for c, name in enumerate(label_names)}
+    labels = torch.tensor([index[name] if name else -1 for name in names], dtype=torch.long)
+    return labels, label_names
+
+
+def index_edges(
+    records: EdgeRecords, position: dict[str, int], on_unknown: OnUnknown = "error"
+) -> tuple[torch.Tensor, dict[str, int]]:
+    """Endpoint ids → ``(k, 2)`` int64 indices, raising on (or dropping) unknown ids.
+
+    :returns: the indices and the notes ``{dropped_unknown_edges, unknown_ids}`` (drop mode).
+    """
+    if on_unknown not in ("error", "drop"):
+        raise ValueError(f"on_unknown must be 'error' or 'drop', got {on_unknown!r}")
+    rows: list[tuple[int, int]] = []
+    unknown: set[str] = set()
+    dropped = 0
+    for (a, b), line in zip(records.pairs, records.lines, strict=True):
+        u, v = position.get(a), position.get(b)
+        if u is None or v is None:
+            missing = [x for x, i in ((a, u), (b, v)) if i is None]
+            if on_unknown == "error":
+                raise DataError(f"{records.source}, line {line}: unknown entity id {missing[0]!r}")
+            unknown.update(missing)
+            dropped += 1
+            continue
+        rows.append((u, v))
+    edges = torch.tensor(rows, dtype=torch.long).reshape(-1, 2)
+    notes: dict[str, int] = {}
+    if on_unknown == "drop":
+        notes = {UNKNOWN_EDGES: dropped, UNKNOWN_IDS: len(unknown)}
+        if dropped:
+            log.warning(
+                "%s: dropped %d edge(s) naming %d entity id(s) absent from the entity table",
+                records.source, dropped, len(unknown),
+            )
+    return edges, notes
+
+
+def check_index_range(edge_index: torch.Tensor, num_nodes: int, source: str) -> torch.Tensor:
+    """A ``(2, k)`` integer ``edge_index`` → ``(k, 2)`` int64, refusing out-of-range indices."""
+    ei = torch.as_tensor(edge_index)
+    if ei.dim() != 2 or ei.shape[0] != 2:
+        raise DataError(f"{source}: edge_index must be (2, k), got {tuple(ei.shape)}")
+    if ei.is_floating_point() or ei.is_complex() or ei.dtype == torch.bool:
+        raise DataError(f"{source}: edge_index must hold integers, got {ei.dtype}")
+    ei = ei.to(torch.long)
+    bad = ((ei < 0) | (ei >= num_nodes)).any(dim=0).nonzero().flatten()
+    if bad.numel():
+        j = int(bad[0])
+        raise DataError(
+            f"{source}: edge_index column {j} = ({int(ei[0, j])}, {int(ei[1, j])}) names a node "
+            f"outside 0..{num_nodes - 1}; {bad.numel()} column(s) affected"
+        )
+    return ei.t().contiguous()
+
+
+def canonical_edges(pairs: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+    """``(k, 2)`` index pairs → unique ``u < v`` rows (sorted), #self-loops, #duplicates."""
+    pairs = pairs.reshape(-1, 2).to(torch.long)
+    loops = pairs[:, 0] == pairs[:, 1]
+    kept = pairs[~loops]
+    undirected = torch.stack([kept.min(dim=1).values, kept.max(dim=1).values], dim=1)
+    edges = torch.unique(undirected, dim=0) if undirected.numel() else undirected
+    return edges.contiguous(), int(loops.sum()), int(kept.shape[0] - edges.shape[0])
+
+
+def assemble(
+    name: str,
+    entity_ids: list[str],
+    pairs: torch.Tensor,
+    *,
+    source: str,
+    texts: list[str] | None = None,
+    features: torch.Tensor | None = None,
+    labels: torch.Tensor | None = None,
+    label_names: list[str] | None = None,
+    notes: dict[str, int] | None = None,
+) -> RelationalGraph:
+    """Canonicalise the edges (drop self-loops and duplicates, log the counts) and build the graph."""
+    edges, loops, dups = canonical_edges(pairs)
+    notes = {**(notes or {}), SELF_LOOPS: loops, DUPLICATES: dups}
+    if loops or dups:
+        log.info("%s: dropped %d self-loop(s) and %d duplicate edge(s)", source, loops, dups)
+    if edges.shape[0] == 0:
+        log.warning("%s: no relations left after cleaning", source)
+    graph = RelationalGraph(
+        name=name, entity_ids=entity_ids, edges=edges, texts=texts, features=features,
+        labels=labels, label_names=label_names, notes=notes,
+    )
+    log.info("loaded %r", graph)
+    return graph
+
+
+def build_graph(
+    name: str,
+    entities: EntityRecords,
+    edges: EdgeRecords,
+    *,
+    features: torch.Tensor | None = None,
+    on_unknown: OnUnknown = "error",
+) -> RelationalGraph:
+    """The graph of id-keyed records: every rule of the module policy applied in order."""
+    position = index_entities(entities.ids, entities.source, entities.lines)
+    texts = None
+    if entities.texts is not None:
+        texts = check_texts(entities.ids, entities.texts, entities.source, entities.lines)
+    if features is not None:
+        features = check_features(features, len(entities.ids), entities.source)
+    labels = label_names = None
+    if entities.labels is not None:
+        labels, label_names = encode_labels(entities.labels)
+    pairs, notes = index_edges(edges, position, on_unknown)
+    return assemble(
+        name, list(entities.ids), pairs, source=edges.source, texts=texts, features=features,
+        labels=labels, label_names=label_names, notes=notes,
+    )

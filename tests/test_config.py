@@ -1,0 +1,68 @@
+"""Run config: YAML in, overrides, errors naming file, field and value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphveil.config import load_config, parse_override
+from graphveil.errors import ConfigError
+
+GOOD = """
+name: t
+sampler: {name: entity_poisson_wor, batch_size: 16, k_neg: 2, degree_cap: 5}
+clipper: {name: freq_clip, clip_norm: 1.0}
+accountant: {name: coupled_rdp_freq}
+encoder: {name: hf_lora, model: tiny-bert}
+privacy: {target_epsilon: 4}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_load_and_override(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, GOOD), ["sampler.batch_size=64", "training.steps=7",
+                                               "privacy.target_epsilon=2.5"])
+    assert cfg.sampler.params == {"batch_size": 64, "k_neg": 2, "degree_cap": 5}
+    assert cfg.training.steps == 7
+    assert cfg.privacy.target_epsilon == 2.5
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [
+        ("privacy.target_epsilon=0", r"run\.yaml: privacy\.target_epsilon: must be a finite number > 0 \(got 0\)"),
+        ("privacy.delta=1.5", r"privacy\.delta: must be in \(0, 1\) \(got 1\.5\)"),
+        ("training.steps=abc", r"training\.steps: .*integer.*\(got 'abc'\)"),
+        ("training.bogus=1", r"training\.bogus: Extra inputs"),
+        ("privacy.noise_multiplier=1.0", r"exactly one of privacy\.target_epsilon and privacy\.noise_multiplier"),
+    ],
+)
+def test_errors_name_file_field_value(tmp_path: Path, override: str, pattern: str) -> None:
+    with pytest.raises(ConfigError, match=pattern):
+        load_config(write(tmp_path, GOOD), [override])
+
+
+def test_missing_section(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="clipper: required field is missing"):
+        load_config(write(tmp_path, GOOD.replace("clipper: {name: freq_clip, clip_norm: 1.0}\n", "")))
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(write(tmp_path, "a: [unclosed"))
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+
+
+def test_override_syntax() -> None:
+    assert parse_override("a.b=[1, 2]") == (["a", "b"], [1, 2])
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_override("novalue")
