@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-
 from graphveil.data.graph import RelationalGraph
 from graphveil.errors import DataError
 
@@ -147,8 +146,8 @@ def index_edges(
     notes: dict[str, int] = {}
     if on_unknown == "drop":
         notes = {UNKNOWN_EDGES: dropped, UNKNOWN_IDS: len(unknown)}
-        if dropped:
-            log.warning(
+        if dropped:  # the caller opted into dropping: an expected outcome, logged at INFO
+            log.info(
                 "%s: dropped %d edge(s) naming %d entity id(s) absent from the entity table",
                 records.source, dropped, len(unknown),
             )

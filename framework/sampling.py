@@ -1,0 +1,205 @@
+"""Sampling primitives shared by every sampler, all driven by one ``torch.Generator``.
+
+* :func:`poisson_subset` — Poisson(γ) sampling of record indices (paper 1, Alg. 3 line 3;
+  paper 2, Alg. 1), in time proportional to the batch, not to the number of records.
+* :func:`sample_without_replacement` — a uniformly random ordered k-sample of ``0..n-1``
+  without replacement (the node draw of NEG-SAMPLE-WOR, paper 1, Alg. 2), cheap for k ≪ n.
+* :func:`random_ends` / :func:`pair_with_random_ends` — pair each sampled node with a random
+  end of its tuple's positive edge (paper 1, Alg. 2 line 3; paper 2, Sec. 3.2).
+* :class:`PoissonTupleSampler` — the template every relational sampler shares: Poisson
+  positives over a record set fixed at :meth:`~PoissonTupleSampler.prepare`, then
+  ``k_neg`` negatives per tuple drawn by the subclass, paired with random ends.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from graphveil.components import Sampler, TupleBatch
+from graphveil.errors import ConfigError, DataError
+from graphveil.profiles import SamplingProfile
+
+if TYPE_CHECKING:
+    from graphveil.data.graph import RelationalGraph
+
+#: Above this fraction k/n a full ``randperm(n)`` is cheaper than draw-and-dedupe.
+_RANDPERM_FRACTION = 0.25
+
+
+def _check_count(name: str, value: int) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def sample_without_replacement(n: int, k: int, generator: torch.Generator) -> torch.Tensor:
+    """A uniformly random ordered sample of ``k`` distinct indices from ``0..n-1``.
+
+    For k ≪ n it draws indices *with* replacement and keeps the first occurrence of each
+    value in draw order until ``k`` distinct values are seen. Skipping repeats of a sequence
+    of uniform draws is exactly sequential sampling without replacement (each new value is
+    uniform over the values not yet seen), and the stopping rule depends only on how many
+    distinct values were seen, so the result is a uniform random k-permutation. Expected work
+    is ``n·ln(n/(n-k))`` ≤ 1.39k draws for k ≤ n/2. For larger k it uses ``randperm(n)[:k]``.
+
+    :returns: ``(k,)`` int64, distinct, in random order.
+    :raises ValueError: if ``k > n`` or either is negative.
+    """
+    n, k = _check_count("n", n), _check_count("k", k)
+    if k > n:
+        raise ValueError(f"cannot draw {k} distinct indices from {n}")
+    if k == 0:
+        return torch.empty(0, dtype=torch.long)
+    if k > _RANDPERM_FRACTION * n:
+        return torch.randperm(n, generator=generator)[:k]
+    # Expected draws to see k distinct values: n·(H(n) - H(n-k)) ≈ -n·ln(1 - k/n); top up if short.
+    extra = int(-1.1 * n * math.log1p(-k / n)) + 16
+    draws = torch.empty(0, dtype=torch.long)
+    while True:
+        draws = torch.cat([draws, torch.randint(0, n, (extra,), generator=generator)])
+        values, inverse = torch.unique(draws, return_inverse=True)
+        seen = values.numel()
+        if seen >= k:
+            break
+        extra = int(1.5 * (k - seen) * n / (n - seen)) + 16
+    positions = torch.arange(draws.numel())
+    first = torch.full((values.numel(),), draws.numel(), dtype=torch.long)
+    first.scatter_reduce_(0, inverse, positions, reduce="amin")
+    return draws[first.sort().values[:k]]
+
+
+def poisson_subset(m: int, rate: float, generator: torch.Generator) -> torch.Tensor:
+    """Poisson(γ) sampling: each index of ``0..m-1`` included independently with probability γ.
+
+    Drawn as ``l ~ Binomial(m, γ)`` followed by ``l`` distinct indices chosen uniformly
+    (:func:`sample_without_replacement`). This is *exactly* Poisson sampling, not an
+    approximation: under independent inclusion a subset ``s`` has probability
+    ``γ^|s| (1-γ)^(m-|s|)``, which depends on ``s`` only through ``|s|``. Hence the size is
+    ``Binomial(m, γ)`` and, given its size, the subset is uniform among subsets of that size —
+    the two stages reproduce the joint law. Cost is O(l) per step (plus an O(m) permutation
+    only when l > m/4), instead of one Bernoulli draw per record.
+
+    :returns: ``(l,)`` int64 distinct indices in random order (``l`` may be 0).
+    :raises ValueError: if γ ∉ [0, 1] or ``m`` is negative.
+    """
+    m = _check_count("m", m)
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"Poisson rate must lie in [0, 1], got {rate!r}")
+    if m == 0 or rate == 0.0:
+        return torch.empty(0, dtype=torch.long)
+    count = torch.binomial(
+        torch.tensor(float(m), dtype=torch.float64),
+        torch.tensor(float(rate), dtype=torch.float64),
+        generator=generator,
+    )
+    return sample_without_replacement(m, int(count.item()), generator)
+
+
+def random_ends(positives: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
+    """``(b, k)`` anchors: for each of the ``k`` slots of tuple i, uᵢ or vᵢ with probability ½."""
+    k = _check_count("k", k)
+    side = torch.randint(0, 2, (positives.shape[0], k), generator=generator)
+    return positives.gather(1, side)
+
+
+def pair_with_random_ends(
+    positives: torch.Tensor, negatives: torch.Tensor, generator: torch.Generator
+) -> TupleBatch:
+    """Build the tuple batch: negative edge (wᵢⱼ, vᵢⱼ) with wᵢⱼ a random end of eᵢ⁺.
+
+    A negative slot holding ``-1`` (padding) gets anchor ``-1`` too; losses must mask it.
+    """
+    anchors = random_ends(positives, negatives.shape[1], generator)
+    anchors[negatives < 0] = -1
+    return TupleBatch(positives=positives, negatives=negatives, anchors=anchors)
+
+
+# --------------------------------------------------------------------------------------------
+# Template for Poisson-positive relational samplers
+# --------------------------------------------------------------------------------------------
+
+
+class PoissonTupleParams(BaseModel):
+    """Options shared by Poisson-positive tuple samplers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: int = Field(gt=0, description="expected number of positive edges b per step; γ = b/m")
+    k_neg: int = Field(default=1, ge=0, description="negatives per positive edge")
+
+
+class PoissonTupleSampler(Sampler):
+    """Template: Poisson(γ = b/m) positives over a prepared record set, then negatives per tuple.
+
+    Subclasses choose the records (:meth:`_records`, e.g. degree-capped edges) and the
+    negatives (:meth:`_negatives`), and may add checks (:meth:`_validate`).
+    """
+
+    Params: ClassVar[type[BaseModel]] = PoissonTupleParams
+
+    def __init__(self, params: BaseModel | None = None) -> None:
+        self.params = params if params is not None else self.Params()
+        self._edges: torch.Tensor | None = None
+        self._profile: SamplingProfile | None = None
+
+    # ---------------------------------------------------------------- subclass hooks
+    def _records(self, graph: RelationalGraph, generator: torch.Generator) -> torch.Tensor:
+        """The positive records sampled from (default: every edge)."""
+        return graph.edges
+
+    def _validate(self, num_records: int, num_nodes: int) -> None:
+        """Extra checks on the prepared sizes (default: none)."""
+
+    def _degree_cap(self) -> int | None:
+        return None
+
+    @abstractmethod
+    def _negatives(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        """``(count, k_neg)`` negative node indices (``-1`` marks a slot left empty)."""
+
+    # ---------------------------------------------------------------- Sampler API
+    def prepare(self, graph: RelationalGraph, generator: torch.Generator) -> SamplingProfile:
+        edges = graph.edges
+        if edges.ndim != 2 or edges.shape[1] != 2:
+            raise DataError(f"graph {graph.name!r}: edges must be (m, 2), got {tuple(edges.shape)}")
+        records = self._records(graph, generator).to(torch.long)
+        m, n, b = int(records.shape[0]), graph.num_nodes, self.params.batch_size
+        if m == 0:
+            raise DataError(f"graph {graph.name!r} has no edges to sample positives from")
+        if b > m:
+            raise ConfigError(
+                f"sampler.batch_size={b} exceeds the {m} sampleable edges of graph {graph.name!r} "
+                "(after any degree capping): the Poisson rate b/m would exceed 1"
+            )
+        self._validate(m, n)
+        self._edges = records
+        self._profile = SamplingProfile(
+            kind=self.sampling_kind, rate=b / m, num_records=m, num_nodes=n,
+            degree_cap=self._degree_cap(), k_neg=self.params.k_neg,
+        )
+        return self._profile
+
+    def sample(self, generator: torch.Generator) -> TupleBatch:
+        profile = self.profile
+        assert self._edges is not None
+        positives = self._edges[poisson_subset(profile.num_records, profile.rate, generator)]
+        negatives = self._negatives(positives.shape[0], generator)
+        return pair_with_random_ends(positives, negatives, generator)
+
+    @property
+    def profile(self) -> SamplingProfile:
+        if self._profile is None:
+            raise RuntimeError(f"{type(self).__name__}.prepare(graph, generator) has not been called")
+        return self._profile
+
+    @property
+    def records(self) -> torch.Tensor:
+        """``(m, 2)`` the prepared positive records (e.g. the degree-capped edge set Ē)."""
+        if self._edges is None:
+            raise RuntimeError(f"{type(self).__name__}.prepare(graph, generator) has not been called")
+        return self._edges

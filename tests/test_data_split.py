@@ -1,0 +1,108 @@
+"""The transfer split: disjoint entity sets, deterministic, relations kept only inside a side."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from graphveil.data import RelationalGraph, load_bundled_citeseer, transfer_split
+from graphveil.data.validate import canonical_edges
+from graphveil.errors import ConfigError, DataError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+def make_graph(n: int, pairs: list[tuple[int, int]]) -> RelationalGraph:
+    edges, _, _ = canonical_edges(torch.tensor(pairs, dtype=torch.long).reshape(-1, 2))
+    return RelationalGraph(
+        name="g", entity_ids=[f"e{i}" for i in range(n)], edges=edges,
+        texts=[f"text {i}" for i in range(n)], labels=torch.arange(n) % 3, label_names=["a", "b", "c"],
+    )
+
+
+def id_edges(g: RelationalGraph) -> set[frozenset[str]]:
+    return {frozenset((g.entity_ids[u], g.entity_ids[v])) for u, v in g.edges.tolist()}
+
+
+def check_split(g: RelationalGraph, train: RelationalGraph, test: RelationalGraph, fraction: float) -> None:
+    a, b = set(train.entity_ids), set(test.entity_ids)
+    assert not a & b and a | b == set(g.entity_ids)
+    assert len(a) == round(fraction * g.num_nodes)
+    # each side = the original relations with both ends on that side (naive reference)
+    full = id_edges(g)
+    assert id_edges(train) == {e for e in full if e <= a}
+    assert id_edges(test) == {e for e in full if e <= b}
+    cross = sum(1 for e in full if not e <= a and not e <= b)
+    assert train.notes["dropped_cross_edges"] == test.notes["dropped_cross_edges"] == cross
+    for side in (train, test):
+        assert bool((side.edges[:, 0] < side.edges[:, 1]).all()) and side.edges.dtype == torch.int64
+        position = {eid: i for i, eid in enumerate(g.entity_ids)}
+        rows = [position[e] for e in side.entity_ids]
+        assert rows == sorted(rows)  # the original entity order is kept
+        assert side.texts == [g.texts[i] for i in rows]
+        assert side.labels.tolist() == [int(g.labels[i]) for i in rows]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(2, 25),
+    data=st.data(),
+    fraction=st.floats(0.05, 0.95),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_split_properties(n: int, data: st.DataObject, fraction: float, seed: int) -> None:
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=80))
+    g = make_graph(n, pairs)
+    n_train = round(fraction * n)
+    try:
+        train, test = transfer_split(g, fraction, seed)
+    except DataError as exc:
+        # only allowed when a side is empty or has no relation; check with the naive reference
+        if 0 < n_train < n:
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+            side = set(perm[:n_train].tolist())
+            edges = g.edges.tolist()
+            inside_train = sum(u in side and v in side for u, v in edges)
+            inside_test = sum(u not in side and v not in side for u, v in edges)
+            assert min(inside_train, inside_test) == 0, str(exc)
+        assert "split" in str(exc) or "leaves a side empty" in str(exc)
+        return
+    check_split(g, train, test, fraction)
+
+
+def test_deterministic_and_independent_of_global_rng() -> None:
+    g = make_graph(40, [(i, (i * 7 + 3) % 40) for i in range(40)] + [(i, i + 1) for i in range(39)])
+    torch.manual_seed(1)
+    a = transfer_split(g, 0.5, 3)
+    torch.manual_seed(2)
+    torch.rand(100)
+    b = transfer_split(g, 0.5, 3)
+    assert a[0].entity_ids == b[0].entity_ids and torch.equal(a[0].edges, b[0].edges)
+    assert a[1].entity_ids == b[1].entity_ids and torch.equal(a[1].edges, b[1].edges)
+    c = transfer_split(g, 0.5, 4)
+    assert c[0].entity_ids != a[0].entity_ids
+
+
+def test_bad_fraction_and_empty_side() -> None:
+    g = make_graph(6, [(0, 1), (1, 2), (3, 4)])
+    for bad in (0.0, 1.0, -0.2, 1.5):
+        with pytest.raises(ConfigError, match="train_fraction must be in"):
+            transfer_split(g, bad, 0)
+    with pytest.raises(DataError, match="leaves a side empty"):
+        transfer_split(make_graph(3, [(0, 1)]), 0.1, 0)
+    star = make_graph(10, [(0, i) for i in range(1, 10)])  # every relation touches entity 0
+    with pytest.raises(DataError, match=r"no relations inside this side of the split"):
+        transfer_split(star, 0.5, 0)
+
+
+@pytest.mark.parametrize(("fraction", "sizes"), [(0.5, (1593, 1593)), (0.7, (2230, 956))])
+def test_citeseer_split_seed0(fraction: float, sizes: tuple[int, int], caplog) -> None:
+    g = load_bundled_citeseer()
+    with caplog.at_level(logging.INFO, logger="graphveil.data"):
+        train, test = transfer_split(g, fraction, 0)
+    assert (train.num_nodes, test.num_nodes) == sizes
+    cross = train.notes["dropped_cross_edges"]
+    assert train.num_edges + test.num_edges + cross == 4225
+    assert f"{cross} cross relations discarded" in caplog.text
+    check_split(g, train, test, fraction)

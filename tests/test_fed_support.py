@@ -1,0 +1,161 @@
+"""Test doubles shared by the ledger and federation unit tests (no tests in this module).
+
+``PoissonGaussianRdp`` is a small accountant for the Poisson-subsampled Gaussian built on
+dp-accounting; the ledger tests cross-check it (and so the ledger's composition) against
+opacus' independent RDP analysis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import dp_accounting
+import torch
+from graphveil.components import Accountant
+from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind, SensitivityProfile
+from opacus.accountants import RDPAccountant
+
+ORDERS = list(RDPAccountant.DEFAULT_ALPHAS)
+
+
+def dp_accounting_epsilon(history: list[tuple[float, float, int]], delta: float) -> float:
+    """ε of a composition of Poisson-subsampled Gaussians, straight from dp-accounting."""
+    acc = dp_accounting.rdp.RdpAccountant(orders=ORDERS)
+    for sigma, rate, steps in history:
+        event = dp_accounting.PoissonSampledDpEvent(rate, dp_accounting.GaussianDpEvent(sigma))
+        acc.compose(event, steps)
+    return float(acc.get_epsilon(delta))
+
+
+def opacus_epsilon(history: list[tuple[float, float, int]], delta: float) -> float:
+    acc = RDPAccountant()
+    acc.history = [(s, q, n) for s, q, n in history]
+    return float(acc.get_epsilon(delta))
+
+
+class PoissonGaussianRdp(Accountant):
+    """Poisson-subsampled Gaussian, RDP composition by dp-accounting (test double)."""
+
+    mechanism: ClassVar[str] = "test_poisson_gaussian_rdp"
+    unit: ClassVar[PrivacyUnit] = PrivacyUnit.EDGE
+    supports: ClassVar[frozenset[tuple[SamplingKind, SensitivityKind]]] = frozenset(
+        {(SamplingKind.POISSON, SensitivityKind.PER_TUPLE_EDGE)}
+    )
+
+    def __init__(self, rate: float = 0.02) -> None:
+        self.rate = rate
+        self.history: list[tuple[float, float, int]] = []
+
+    def bind(self, sampling: SamplingProfile, sensitivity: SensitivityProfile) -> None:
+        self.rate = sampling.rate
+
+    def step(self, *, noise_multiplier: float, num_steps: int = 1) -> None:
+        if self.history and self.history[-1][:2] == (noise_multiplier, self.rate):
+            s, q, n = self.history[-1]
+            self.history[-1] = (s, q, n + num_steps)
+        else:
+            self.history.append((noise_multiplier, self.rate, num_steps))
+
+    def get_epsilon(self, delta: float) -> float:
+        return dp_accounting_epsilon(self.history, delta) if self.history else 0.0
+
+    def report(self, delta: float) -> dict[str, Any]:
+        return {"epsilon": self.get_epsilon(delta), "delta": delta}
+
+    def calibrate(self, *, target_epsilon: float, delta: float, num_steps: int) -> float:
+        lo, hi = 0.3, 50.0
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            if dp_accounting_epsilon([(mid, self.rate, num_steps)], delta) > target_epsilon:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mechanism": self.mechanism, "history": [list(h) for h in self.history]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("mechanism") != self.mechanism:
+            raise ValueError(f"state of mechanism {state.get('mechanism')!r}, expected {self.mechanism!r}")
+        self.history = [(float(s), float(q), int(n)) for s, q, n in state["history"]]
+
+
+class OtherMechanism(PoissonGaussianRdp):
+    mechanism: ClassVar[str] = "test_other_mechanism"
+
+
+class FakeEncoder(torch.nn.Module):
+    """Two 'LoRA' matrices; ``embed`` is irrelevant for the connector tests."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.lora_A = torch.nn.Parameter(torch.randn(4, 8, generator=g))
+        self.lora_B = torch.nn.Parameter(torch.zeros(8, 4))
+        self.frozen = torch.nn.Parameter(torch.ones(3), requires_grad=False)
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in self.named_parameters() if p.requires_grad}
+
+    def load_trainable_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        own = {n: p for n, p in self.named_parameters() if p.requires_grad}
+        if set(own) != set(state):
+            raise ValueError(f"trainable state mismatch: {sorted(own)} vs {sorted(state)}")
+        with torch.no_grad():
+            for n, t in state.items():
+                own[n].copy_(torch.as_tensor(t))
+
+    def save(self, directory: Any) -> None:
+        from pathlib import Path
+
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        torch.save(self.trainable_state(), Path(directory) / "adapter.pt")
+
+
+class FakeSession:
+    """The TrainingSession contract with a fake encoder and the test accountant.
+
+    ``train`` moves every trainable tensor by ``step_size`` per step (so tests can tell exactly
+    which state a site trained from) and steps the accountant once per step, like the real one.
+    """
+
+    instances: ClassVar[list[FakeSession]] = []
+
+    def __init__(self, config: Any, *, graph: Any = None, host: Any = None) -> None:
+        self.config = config
+        self.graph = graph
+        self.encoder = FakeEncoder(seed=config.seed)
+        self.accountant = PoissonGaussianRdp()
+        self.noise_multiplier = 0.0
+        self.delta = 0.0
+        self.tuples_used = 0
+        self.prepared = False
+        FakeSession.instances.append(self)
+
+    def prepare(self) -> None:
+        self.prepared = True
+        self.noise_multiplier = float(self.config.privacy.noise_multiplier or 1.0)
+        self.delta = float(self.config.privacy.delta or 1e-5)
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        return self.encoder.trainable_state()
+
+    def load_trainable_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        self.encoder.load_trainable_state(state)
+
+    def train(self, num_steps: int | None = None) -> dict[str, Any]:
+        steps = self.config.training.steps if num_steps is None else num_steps
+        with torch.no_grad():
+            for p in self.encoder.parameters():
+                if p.requires_grad:
+                    p.add_(0.5 * steps)
+        for _ in range(steps):
+            self.accountant.step(noise_multiplier=self.noise_multiplier)
+        self.tuples_used += 7 * steps
+        return {"steps": steps, "loss": 0.1, "tuples_used": self.tuples_used,
+                "epsilon": self.accountant.get_epsilon(self.delta)}
+
+    def evaluate(self) -> dict[str, float]:
+        return {"prec1": 0.25, "mrr": 0.5}
