@@ -54,7 +54,7 @@ class SiteSettings(BaseModel):
     Keys use Flower's dashed style. Nothing here leaves the site.
     """
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     site_name: str = Field(alias="site-name", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
                            description="Name the site reports to the server.")
@@ -76,6 +76,14 @@ class SiteSettings(BaseModel):
         description="Report tuples used and held-out MRR (not privatized) to the server.")
     seed: int | None = Field(None, description="Reproducible per-round seeds (testing); default: fresh OS randomness.")
     threads: int | None = Field(None, gt=0, description="torch threads for local training.")
+
+    @field_validator("data_path", "data_entities", "ledger", "site_config")
+    @classmethod
+    def _absolute(cls, v: Path | None) -> Path | None:
+        # The ClientApp runs in a working directory of Flower's choosing.
+        if v is not None and not v.is_absolute():
+            raise ValueError("must be an absolute path")
+        return v
 
     @field_validator("epsilon_budget")
     @classmethod
@@ -106,7 +114,11 @@ class SiteSettings(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"])
-            key = cls.model_fields[field].alias if field in cls.model_fields and cls.model_fields[field].alias else field
+            if first["type"] == "extra_forbidden":  # loc is then the key as given
+                known = ", ".join(sorted(f.alias or n for n, f in cls.model_fields.items()))
+                raise ConfigError(f"{source}: unknown key {field!r} (known: {known})") from exc
+            info = cls.model_fields.get(field)
+            key = info.alias if info is not None and info.alias else field
             if first["type"] == "missing":
                 raise ConfigError(f"{source}: {key}: required key is missing") from exc
             msg = first["msg"].removeprefix("Value error, ")

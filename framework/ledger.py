@@ -394,6 +394,17 @@ class PrivacyLedger:
             )
         return entry
 
+    def withhold(self, reservation: Reservation, note: str) -> LedgerEntry:
+        """Close a reservation whose output will not leave (e.g. training failed); it still counts."""
+        with self._transaction() as db:
+            cur = db.execute(
+                "UPDATE entries SET status = 'withheld', note = ? WHERE id = ? AND status = 'reserved'",
+                (note, reservation.entry_id),
+            )
+            if cur.rowcount != 1:
+                raise LedgerError(f"{self.path}: entry {reservation.entry_id} is not reserved")
+        return self.entry(reservation.entry_id)
+
     def entry(self, entry_id: int) -> LedgerEntry:
         row = self._db.execute(f"SELECT {self._COLUMNS} FROM entries WHERE id = ?", (entry_id,)).fetchone()
         if row is None:

@@ -87,7 +87,11 @@ def format_table(rows: Iterable[Mapping[str, Any]], columns: list[tuple[str, str
     body = [[cell(r, k, s) for k, _, s in columns] for r in rows]
     headers = [h for _, h, _ in columns]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
     out = [line(headers), "  ".join("-" * w for w in widths)]
     out += [line(b) for b in body]
     return "\n".join(out)

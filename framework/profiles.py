@@ -12,17 +12,17 @@ Once the graph is loaded, the sampler also reports a numeric :class:`SamplingPro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from graphveil.errors import ProfileMismatchError
 
 
-class PrivacyUnit(str, Enum):
+class PrivacyUnit(StrEnum):
     EDGE = "edge"
     NODE = "node"
 
 
-class SamplingKind(str, Enum):
+class SamplingKind(StrEnum):
     #: Poisson(γ) positives + NEG-SAMPLE-WOR negatives (paper 1, Alg. 2 / Thm 3), degree capped to K.
     COUPLED_POISSON_WOR = "coupled_poisson_wor"
     #: Poisson(γ) positives + negatives drawn with replacement per tuple (not analysable at node level).
@@ -36,7 +36,7 @@ class SamplingKind(str, Enum):
     FULL_BATCH = "full_batch"
 
 
-class SensitivityKind(str, Enum):
+class SensitivityKind(StrEnum):
     #: FREQ-CLIP (paper 1, Alg. 1) with |B⁻(u)| ≤ 1: sensitivity C per node (Prop. 4.1).
     FREQ_CLIP_NODE = "freq_clip_node"
     #: Standard per-tuple clipping at C under node-level DP: (|B⁺(u)| + 2|B⁻(u)|)·C (Eq. 2, Thm C.1).

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import math
-from abc import abstractmethod
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -29,6 +28,8 @@ if TYPE_CHECKING:
 
 #: Above this fraction k/n a full ``randperm(n)`` is cheaper than draw-and-dedupe.
 _RANDPERM_FRACTION = 0.25
+#: Draw-and-dedupe draws this multiple of the expected number of draws first (then tops up).
+_OVERDRAW = 1.1
 
 
 def _check_count(name: str, value: int) -> int:
@@ -58,7 +59,7 @@ def sample_without_replacement(n: int, k: int, generator: torch.Generator) -> to
     if k > _RANDPERM_FRACTION * n:
         return torch.randperm(n, generator=generator)[:k]
     # Expected draws to see k distinct values: n·(H(n) - H(n-k)) ≈ -n·ln(1 - k/n); top up if short.
-    extra = int(-1.1 * n * math.log1p(-k / n)) + 16
+    extra = int(-_OVERDRAW * n * math.log1p(-k / n)) + 16
     draws = torch.empty(0, dtype=torch.long)
     while True:
         draws = torch.cat([draws, torch.randint(0, n, (extra,), generator=generator)])
@@ -136,8 +137,9 @@ class PoissonTupleParams(BaseModel):
 class PoissonTupleSampler(Sampler):
     """Template: Poisson(γ = b/m) positives over a prepared record set, then negatives per tuple.
 
-    Subclasses choose the records (:meth:`_records`, e.g. degree-capped edges) and the
-    negatives (:meth:`_negatives`), and may add checks (:meth:`_validate`).
+    Subclasses declare ``sampling_kind`` and ``unit`` and may override the records
+    (:meth:`_records`, e.g. degree-capped edges), the negatives (:meth:`_negatives`) and add
+    checks (:meth:`_validate`).
     """
 
     Params: ClassVar[type[BaseModel]] = PoissonTupleParams
@@ -158,9 +160,13 @@ class PoissonTupleSampler(Sampler):
     def _degree_cap(self) -> int | None:
         return None
 
-    @abstractmethod
     def _negatives(self, count: int, generator: torch.Generator) -> torch.Tensor:
-        """``(count, k_neg)`` negative node indices (``-1`` marks a slot left empty)."""
+        """``(count, k_neg)`` negative node indices (``-1`` marks a slot left empty).
+
+        Default: every negative uniform over V, independent of every other draw and of the
+        data (with replacement; paper 2, Sec. 3.2).
+        """
+        return torch.randint(0, self.profile.num_nodes, (count, self.params.k_neg), generator=generator)
 
     # ---------------------------------------------------------------- Sampler API
     def prepare(self, graph: RelationalGraph, generator: torch.Generator) -> SamplingProfile:

@@ -152,7 +152,7 @@ class TrainingSession:
     def train(self, num_steps: int | None = None,
               on_step: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Run ``num_steps`` steps (default: ``training.steps``); every step is accounted."""
-        from graphveil.engine.dp_step import dp_step, nonprivate_step
+        from graphveil.engine.dp_step import GaussianNoise, LossSpec, dp_step, nonprivate_step
 
         self.prepare()
         cfg = self.config
@@ -163,34 +163,34 @@ class TrainingSession:
         expected_b = self.sampling_profile.rate * self.sampling_profile.num_records
         progress = _progress(steps, cfg.output.progress, desc=cfg.name)
         losses = []
+        step_fn = dp_step if private else nonprivate_step
+        loss_spec = LossSpec.from_config(cfg.training)
+        noise = GaussianNoise(self.generator, secure=cfg.privacy.secure_rng) if private else None
         for _ in range(steps):
             batch = self._to_global(self.sampler.sample(self.generator))
+            metrics = step_fn(
+                self.encoder, batch, clipper=self.clipper, noise_multiplier=self.noise_multiplier,
+                expected_batch_size=expected_b, optimizer=self.optimizer, loss=loss_spec, noise=noise,
+            ).as_dict()
             if private:
-                metrics = dp_step(
-                    self.encoder, batch, self.clipper, self.optimizer, cfg.training,
-                    noise_multiplier=self.noise_multiplier, expected_batch_size=expected_b,
-                    generator=self.generator, secure=cfg.privacy.secure_rng,
-                )
                 self.accountant.step(noise_multiplier=self.noise_multiplier)
-            else:
-                metrics = nonprivate_step(self.encoder, batch, self.optimizer, cfg.training)
             self.steps_done += 1
             self.tuples_used += batch.size
             metrics = dict(metrics, step=self.steps_done)
             if private:
                 metrics["epsilon"] = self.accountant.get_epsilon(self.delta)
-            losses.append(metrics.get("loss", float("nan")))
+            if metrics.get("loss") is not None:
+                losses.append(metrics["loss"])
             self.host.hook.graphveil_step_end(step=self.steps_done, metrics=metrics)
             if on_step is not None:
                 on_step(self.steps_done, metrics)
             progress.update(1)
-            progress.set_postfix(loss=f"{metrics.get('loss', float('nan')):.3f}",
+            progress.set_postfix(loss=f"{metrics.get('loss') or float('nan'):.3f}",
                                  eps=f"{metrics.get('epsilon', math.inf):.2f}")
         progress.close()
-        finite = [x for x in losses if math.isfinite(x)]
         return {
             "steps": steps,
-            "loss": sum(finite) / len(finite) if finite else float("nan"),
+            "loss": sum(losses) / len(losses) if losses else float("nan"),
             "tuples_used": self.tuples_used,
             "epsilon": self.epsilon(),
         }

@@ -12,9 +12,16 @@ from typing import Any, ClassVar
 
 import dp_accounting
 import torch
-from graphveil.components import Accountant
-from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind, SensitivityProfile
 from opacus.accountants import RDPAccountant
+
+from graphveil.components import Accountant
+from graphveil.profiles import (
+    PrivacyUnit,
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
 
 ORDERS = list(RDPAccountant.DEFAULT_ALPHAS)
 
@@ -159,3 +166,75 @@ class FakeSession:
 
     def evaluate(self) -> dict[str, float]:
         return {"prec1": 0.25, "mrr": 0.5}
+
+
+class LocalGrid:
+    """An in-process Grid: each node is a site Context; messages go straight to ``handle_train``.
+
+    ``offline`` nodes are not listed; ``drop`` nodes are listed but answer with Flower's
+    NODE_UNAVAILABLE error (a site that died mid-round). ``sent`` keeps every message sent.
+    """
+
+    def __init__(self, sites: dict[int, Any], *, session_factory: Any = FakeSession) -> None:
+        from flwr.serverapp import Grid
+
+        Grid.register(LocalGrid)
+        self.sites = sites
+        self.session_factory = session_factory
+        self.offline: set[int] = set()
+        self.drop: set[int] = set()
+        self.sent: list[Any] = []
+
+    def set_run(self, run: Any) -> None:  # pragma: no cover - unused
+        self._run = run
+
+    @property
+    def run(self) -> Any:  # pragma: no cover - unused
+        return self._run
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):  # pragma: no cover
+        from flwr.app import Message
+
+        return Message(content, dst_node_id, message_type, group_id=group_id, ttl=ttl)
+
+    def get_node_ids(self) -> list[int]:
+        return [n for n in self.sites if n not in self.offline]
+
+    def push_messages(self, messages):  # pragma: no cover - unused
+        raise NotImplementedError
+
+    def pull_messages(self, message_ids):  # pragma: no cover - unused
+        raise NotImplementedError
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from flwr.app import Error, Message
+
+        from graphveil.connectors.flower.site import handle_train
+
+        replies = []
+        for msg in messages:
+            self.sent.append(msg)
+            node = msg.metadata.dst_node_id
+            if node in self.drop:
+                reply = Message(Error(code=5, reason="node unavailable"), reply_to=msg)
+            else:
+                content = handle_train(msg.content, self.sites[node], session_factory=self.session_factory)
+                reply = Message(content, reply_to=msg)
+            replies.append(reply)
+        return replies
+
+
+def site_context(node_id: int, node_config: dict[str, Any], run_config: dict[str, Any], run_id: int = 1) -> Any:
+    from flwr.app import Context, RecordDict
+
+    return Context(run_id=run_id, node_id=node_id, node_config=node_config, state=RecordDict(),
+                   run_config=run_config)
+
+
+#: A run config whose task validates (the fake session ignores the components).
+RUN_CONFIG: dict[str, Any] = {
+    "num-server-rounds": 2, "local-steps": 3, "min-sites": 1,
+    "task.sampler.name": "edge_poisson_decoupled", "task.clipper.name": "per_tuple_clip",
+    "task.accountant.name": "edge_rdp", "task.encoder.name": "hf_lora", "task.encoder.model": "tiny-bert",
+    "task.privacy.noise_multiplier": 1.0, "task.privacy.delta": 1e-5,
+}

@@ -11,17 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from graphveil.errors import PrivacyError
-from graphveil.ledger import BudgetExhaustedError, LedgerError, PrivacyLedger
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from test_fed_support import (
     OtherMechanism,
     PoissonGaussianRdp,
     dp_accounting_epsilon,
     opacus_epsilon,
 )
+
+from graphveil.errors import PrivacyError
+from graphveil.ledger import BudgetExhaustedError, LedgerError, PrivacyLedger
 
 DELTA = 1e-5
 RATE = 0.02
@@ -94,7 +94,8 @@ def test_odometer_never_exceeds_budget_and_refuses_exactly_when_it_would(tmp_pat
     accepted: list[tuple[float, float, int]] = []
     with PrivacyLedger(path) as ledger:
         for steps, sigma in requests:
-            would = dp_accounting_epsilon([*accepted, (sigma, RATE, steps)], DELTA) if (accepted or steps) else 0.0
+            trial = [*accepted, (sigma, RATE, steps)] if steps else accepted
+            would = dp_accounting_epsilon(trial, DELTA) if trial else 0.0
             if would > budget:
                 with pytest.raises(BudgetExhaustedError):
                     _round(ledger, steps, sigma, budget)

@@ -151,7 +151,7 @@ def dp_step(
         metrics = StepMetrics(
             loss=float(losses.detach().mean()),
             batch_size=b,
-            clipped_fraction=float((factors < 1).float().mean()),
+            clipped_fraction=int((factors < 1).sum()) / b,
             mean_grad_norm=float(norms.mean()),
         )
     else:

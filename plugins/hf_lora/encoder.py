@@ -188,18 +188,24 @@ class HfLoraEncoder(Encoder):
 
     def embed(self, entity_ids: torch.Tensor) -> torch.Tensor:
         """``(N,)`` entity indices (repeats allowed, one sequence each) → ``(N, d)`` embeddings."""
-        if self._hidden is None or self._mask is None:
-            raise RuntimeError("HfLoraEncoder.embed called before prepare(graph)")
         ids = torch.as_tensor(entity_ids, dtype=torch.long).reshape(-1)
         if ids.numel() == 0:
             return torch.zeros(0, self.dim)
+        return self.top(*self.cached_inputs(ids))
+
+    def cached_inputs(self, entity_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs of :attr:`top` for these entities: ``(N, T', H)`` cached states and ``(N, T')``
+        mask, trimmed to the columns some sequence uses (``embed = top(*cached_inputs(ids))``)."""
+        if self._hidden is None or self._mask is None:
+            raise RuntimeError("HfLoraEncoder.embed called before prepare(graph)")
+        ids = torch.as_tensor(entity_ids, dtype=torch.long).reshape(-1)
         n = self._hidden.shape[0]
         if int(ids.min()) < 0 or int(ids.max()) >= n:
             bad = ids[(ids < 0) | (ids >= n)][0]
             raise DataError(f"entity index {int(bad)} is out of range for the prepared graph ({n} entities)")
         mask = self._mask[ids]
         used = mask.any(0)  # drop columns that are padding for every sequence in the batch
-        return self.top(self._hidden[ids][:, used], mask[:, used])
+        return self._hidden[ids][:, used], mask[:, used]
 
     def save(self, directory: Path) -> None:
         """Write the LoRA adapter (``adapter_config.json``, ``adapter_model.safetensors``)."""

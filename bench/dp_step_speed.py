@@ -1,0 +1,212 @@
+"""Speed and memory of one DP step vs the non-private step vs an Opacus per-sample baseline.
+
+One configuration (default: the packaged MiniLM with the hf_lora encoder's default settings —
+LoRA r=8 on query/value of the top 2 layers, 32 tokens — b=32 tuples, k_neg=4) and the SAME
+batches of tuples for every mode. Each mode runs in a fresh subprocess:
+
+* ``nonprivate`` — :func:`graphveil.engine.dp_step.nonprivate_step` (mean loss, backward, Adam);
+* ``dp``         — :func:`graphveil.engine.dp_step.dp_step` (per-tuple norms from one backward
+  via ghost/book-keeping, per-tuple clipping, noise, DP-Adam);
+* ``opacus``     — opacus ``GradSampleModule`` over the encoder's trainable top layers:
+  per-SEQUENCE gradients (one per entity occurrence), summed into tuples, clipped, noised, Adam.
+
+Time: median wall time of the timed steps after warm-up. Memory: the kernel's peak resident set
+(VmHWM from /proc/self/status) during the timed steps only — the peak is reset by writing 5 to
+/proc/self/clear_refs after setup — and its increase over the RSS at the start of the steps.
+
+    python bench/dp_step_speed.py [--batch 32] [--k-neg 4] [--steps 10] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MODES = ("nonprivate", "dp", "opacus")
+
+
+def _rss_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def setup(args: argparse.Namespace):
+    """(step functions by mode, the fixed list of batches) for one configuration."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from graphveil.components import Clipper, TupleBatch
+    from graphveil.config import TrainingConfig
+    from graphveil.data.loaders import load_bundled_citeseer
+    from graphveil.engine.dp_step import GaussianNoise, LossSpec, build_optimizer, dp_step, nonprivate_step
+    from graphveil.engine.losses import tuple_losses
+    from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
+    from graphveil.profiles import PrivacyUnit, SensitivityKind
+
+    class PerTupleClip(Clipper):
+        sensitivity_kind = SensitivityKind.PER_TUPLE_EDGE
+        unit = PrivacyUnit.EDGE
+        clip_norm = args.clip
+
+        def factors(self, batch, norms):
+            return torch.clamp(self.clip_norm / norms.clamp(min=1e-12), max=1.0)
+
+    graph = load_bundled_citeseer().subgraph(torch.arange(args.entities))
+    params = {"model": args.model}
+    if args.lora_layers:
+        params["lora_layers"] = args.lora_layers
+    encoder = HfLoraEncoder(HfLoraParams(**params))
+    encoder.prepare(graph)
+    encoder.train()  # as in a training session (opacus only records activations in train mode)
+    training = TrainingConfig(optimizer="adam", lr=1e-4)
+    loss = LossSpec.from_config(training)
+    optimizer = build_optimizer(encoder.trainable_parameters(), training)
+    clipper, noise = PerTupleClip(), GaussianNoise(torch.Generator().manual_seed(0))
+    trainable = list(encoder.trainable_parameters())
+
+    # The same batches in every mode: positives from the graph's edges, uniform negatives.
+    data = torch.Generator().manual_seed(1234)
+    batches = []
+    for _ in range(args.warmup + args.steps):
+        pos = graph.edges[torch.randint(0, graph.num_edges, (args.batch,), generator=data)]
+        neg = torch.randint(0, graph.num_nodes, (args.batch, args.k_neg), generator=data)
+        which = torch.randint(0, 2, (args.batch, args.k_neg), generator=data)
+        batches.append(TupleBatch(pos, neg, torch.gather(pos, 1, which)))
+
+    def ours(fn):
+        def step(batch: TupleBatch) -> None:
+            fn(encoder, batch, clipper=clipper, noise_multiplier=args.sigma, expected_batch_size=args.batch,
+               optimizer=optimizer, loss=loss, noise=noise)
+
+        return step
+
+    steps = {"nonprivate": ours(nonprivate_step), "dp": ours(dp_step)}
+    if "opacus" in args.modes:
+        import warnings
+
+        from opacus import GradSampleModule
+
+        warnings.filterwarnings("ignore", module="opacus")
+        warnings.filterwarnings("ignore", message="Full backward hook")
+        gsm = GradSampleModule(encoder.top, batch_first=True, loss_reduction="sum")
+        gsm.disable_hooks()  # only while an opacus step runs
+
+        def opacus_step(batch: TupleBatch) -> None:
+            gsm.enable_hooks()
+            b, s = batch.size, 2 + batch.k_neg
+            anchors_pos = (batch.anchors == batch.positives[:, 1:]).long()
+            optimizer.zero_grad(set_to_none=True)
+            emb = gsm(*encoder.cached_inputs(batch.entities().reshape(-1))).reshape(b, s, -1)
+            mask = torch.ones(b, batch.k_neg, dtype=torch.bool)
+            losses = tuple_losses(emb, anchors_pos, mask, kind=loss.kind, temperature=loss.temperature)
+            losses.sum().backward()
+            # per-sequence gradients → per-tuple sums → clip → noise → Adam
+            per_tuple = [p.grad_sample.reshape(b, s, *p.shape).sum(1) for p in trainable]
+            norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in per_tuple))
+            factors = clipper.factors(batch, norms)
+            with torch.no_grad():
+                for p, g in zip(trainable, per_tuple, strict=True):
+                    p.grad = torch.tensordot(factors, g, dims=1)
+                    p.grad_sample = None
+                    noise.add_([p.grad], args.sigma * clipper.clip_norm)
+                    p.grad.div_(args.batch)
+            optimizer.step()
+            gsm.disable_hooks()
+
+        steps["opacus"] = opacus_step
+    return steps, batches, sum(p.numel() for p in trainable)
+
+
+def worker(args: argparse.Namespace) -> dict:
+    """``--mode timing``: all modes interleaved step by step (so load from other processes hits
+    them alike); ``--mode <m>``: one mode alone, for its peak memory."""
+    modes = list(MODES) if args.mode == "timing" else [args.mode]
+    args.modes = modes
+    steps, batches, trainable = setup(args)
+    for batch in batches[: args.warmup]:
+        for mode in modes:
+            steps[mode](batch)
+    rss_start = _rss_mb("VmRSS")
+    exact_peak = _reset_peak()
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for i, batch in enumerate(batches[args.warmup :]):
+        for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:  # rotate the order
+            t0 = time.perf_counter()
+            steps[mode](batch)
+            times[mode].append(time.perf_counter() - t0)
+    return {
+        "times": {m: {"median_s": statistics.median(t), "min_s": min(t)} for m, t in times.items()},
+        "rss_start_mb": rss_start,
+        "peak_rss_mb": _rss_mb("VmHWM"),
+        "peak_is_step_only": exact_peak,
+        "trainable_params": trainable,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--lora-layers", type=int, default=0, help="0: the encoder's default")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--k-neg", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--entities", type=int, default=600)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--clip", type=float, default=0.1)
+    parser.add_argument("--sigma", type=float, default=1.0)
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--mode", choices=(*MODES, "timing"), help=argparse.SUPPRESS)  # worker subprocess
+    args = parser.parse_args()
+    if args.mode:
+        print(json.dumps(worker(args)))
+        return
+
+    def run(mode: str) -> dict:
+        out = subprocess.run(
+            [sys.executable, __file__, *sys.argv[1:], "--mode", mode], capture_output=True, text=True, check=False
+        )
+        if out.returncode:
+            sys.exit(f"{mode} worker failed:\n{out.stderr[-3000:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    timing = run("timing")
+    memory = {mode: run(mode) for mode in MODES}
+    t = timing["times"]
+    print(f"model={args.model} b={args.batch} k_neg={args.k_neg} sequences/step={args.batch * (2 + args.k_neg)} "
+          f"threads={args.threads} trainable params={timing['trainable_params']} timed steps={args.steps}")
+    print(f"{'mode':<11} {'median s':>9} {'min s':>7} {'median x':>9} {'min x':>6} {'peak RSS MB':>12} {'+MB':>5}")
+    for mode in MODES:
+        r, m = t[mode], memory[mode]
+        print(f"{mode:<11} {r['median_s']:>9.3f} {r['min_s']:>7.3f} {r['median_s'] / t['nonprivate']['median_s']:>9.2f} "
+              f"{r['min_s'] / t['nonprivate']['min_s']:>6.2f} {m['peak_rss_mb']:>12.0f} "
+              f"{m['peak_rss_mb'] - m['rss_start_mb']:>5.0f}")
+    print("x: time / non-private time (same process, interleaved steps). peak RSS: VmHWM during the timed "
+          "steps of that mode alone in a fresh process; +MB: over the RSS when the steps started.")
+    if not all(m["peak_is_step_only"] for m in memory.values()):
+        print("note: /proc/self/clear_refs not writable; peak RSS includes setup")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "timing": timing, "memory": memory}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Flower app entry points of GraphVeil (thin re-exports of graphveil.connectors.flower)."""

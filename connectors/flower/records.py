@@ -1,0 +1,99 @@
+"""What travels between server and sites: record names, metric keys, and their builders.
+
+Server → site (train message): ``arrays`` (the global trainable parameters) and ``config``
+(``server-round``, ``local-steps``).
+
+Site → server (reply), and nothing else:
+
+* ``arrays`` — the site's updated trainable parameters (LoRA adapter weights): post-processing
+  of its DP release. Absent when the site refused the round.
+* ``metrics`` — scalars: :data:`PRIVACY_METRICS` always, :data:`UTILITY_METRICS` unless the site
+  turned ``share-utility-metrics`` off (they are not privatized).
+* ``site`` — ``site-name``, ``status`` (:data:`STATUSES`) and, when refused or failed, a
+  ``reason`` written by GraphVeil (never an exception text that could quote data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+ARRAYS = "arrays"
+CONFIG = "config"
+METRICS = "metrics"
+SITE = "site"
+
+SERVER_ROUND = "server-round"
+LOCAL_STEPS = "local-steps"
+
+#: Key the server's strategy weights adapters by: the public number of local steps.
+WEIGHT = "num-steps"
+PRIVACY_METRICS = ("num-steps", "epsilon", "delta", "epsilon-budget", "noise-multiplier")
+UTILITY_METRICS = ("tuples-used", "mrr", "prec1")
+REFUSAL_METRICS = ("num-steps", "epsilon", "delta", "epsilon-budget", "projected-epsilon")
+SITE_KEYS = ("site-name", "status", "reason")
+
+TRAINED, REFUSED, FAILED = "trained", "refused", "failed"
+STATUSES = (TRAINED, REFUSED, FAILED)
+
+
+def arrays_from_state(state: Mapping[str, torch.Tensor]) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.ascontiguousarray(v.detach().cpu().numpy())) for k, v in state.items()})
+
+
+def state_from_arrays(record: ArrayRecord) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(np.array(v.numpy(), copy=True)) for k, v in record.items()}
+
+
+def train_content(arrays: ArrayRecord, server_round: int, local_steps: int) -> RecordDict:
+    return RecordDict({ARRAYS: arrays, CONFIG: ConfigRecord({SERVER_ROUND: server_round, LOCAL_STEPS: local_steps})})
+
+
+def trained_content(site: str, state: Mapping[str, torch.Tensor], metrics: Mapping[str, float]) -> RecordDict:
+    return RecordDict({
+        ARRAYS: arrays_from_state(state),
+        METRICS: MetricRecord(dict(metrics)),
+        SITE: ConfigRecord({"site-name": site, "status": TRAINED}),
+    })
+
+
+def refused_content(site: str, status: str, reason: str, metrics: Mapping[str, float]) -> RecordDict:
+    if status not in (REFUSED, FAILED):
+        raise ValueError(f"status must be {REFUSED!r} or {FAILED!r}, got {status!r}")
+    return RecordDict({
+        METRICS: MetricRecord(dict(metrics)),
+        SITE: ConfigRecord({"site-name": site, "status": status, "reason": reason}),
+    })
+
+
+def describe_content(content: RecordDict) -> dict[str, Any]:
+    """Everything a reply carries, as JSON: array names/shapes/dtypes and every scalar value.
+
+    The server writes this for each reply to its audit log, so what left each site can be read.
+    """
+    out: dict[str, Any] = {}
+    for name, record in content.items():
+        if isinstance(record, ArrayRecord):
+            out[name] = {"type": "ArrayRecord", "arrays": {
+                k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in record.items()}}
+        elif isinstance(record, MetricRecord):
+            out[name] = {"type": "MetricRecord", "values": dict(record)}
+        elif isinstance(record, ConfigRecord):
+            out[name] = {"type": "ConfigRecord", "values": {
+                k: (v.hex() if isinstance(v, bytes) else v) for k, v in record.items()}}
+        else:  # pragma: no cover - RecordDict holds only the three kinds
+            out[name] = {"type": type(record).__name__}
+    return out
+
+
+def describe_reply(message: Message) -> dict[str, Any]:
+    entry: dict[str, Any] = {"node-id": int(message.metadata.src_node_id)}
+    if message.has_error():
+        entry["error"] = {"code": int(message.error.code), "reason": str(message.error.reason)}
+    else:
+        entry["content"] = describe_content(message.content)
+    return entry

@@ -1,0 +1,111 @@
+"""The server: a Flower ServerApp that aggregates the sites' adapters and saves the result.
+
+It never sees data. It builds the task's encoder only to produce the initial trainable
+parameters (the LoRA adapter; the encoder's own seed makes them reproducible) and, at the end,
+to save the final adapter Hugging Face style (``save_pretrained``). Per run it writes, under
+``<output-dir>/run-<run id>/``:
+
+* ``adapter/`` — the final global adapter;
+* ``rounds.jsonl`` — one line per round: each site's status, reported spend and reason;
+* ``received.jsonl`` — what every reply carried (array shapes, every scalar): the audit of
+  what left each site;
+* ``summary.json`` — settings, rounds completed, last spend reported per site.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Context
+from flwr.common import log
+from flwr.serverapp import Grid, ServerApp
+
+from graphveil.connectors.flower import records
+from graphveil.connectors.flower.settings import FederationSettings
+from graphveil.connectors.flower.strategy import SiteRounds, make_strategy
+from graphveil.host import PluginHost, default_host
+
+
+def build_encoder(fed: FederationSettings, host: PluginHost | None = None) -> Any:
+    """The task's encoder (no data): source of the initial adapter and of the saved one."""
+    config = fed.check_task()
+    host = host or default_host()
+    return host.create("encoder", config.encoder.name, config.encoder.params, where="task.encoder")
+
+
+def run_federation(grid: Grid, fed: FederationSettings, *, run_id: int = 0,
+                   host: PluginHost | None = None, encoder: Any = None) -> dict[str, Any]:
+    """Run ``fed.num_server_rounds`` rounds on ``grid``; returns the summary it also writes."""
+    host = host or default_host()
+    out_dir = Path(fed.output_dir) / f"run-{run_id}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    encoder = encoder if encoder is not None else build_encoder(fed, host)
+    initial = records.arrays_from_state(encoder.trainable_state())
+
+    def round_end(server_round: int, record: dict[str, Any]) -> None:
+        with (out_dir / "rounds.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+        host.hook.graphveil_round_end(server_round=server_round, metrics=record)
+
+    strategy = SiteRounds(
+        make_strategy(fed.strategy, min_sites=fed.min_sites, fraction_train=fed.fraction_train,
+                      server_lr=fed.server_lr, server_tau=fed.server_tau),
+        local_steps=fed.local_steps, audit_path=out_dir / "received.jsonl", on_round_end=round_end,
+    )
+    started = time.time()
+    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=fed.num_server_rounds,
+                            timeout=fed.round_timeout, train_config=ConfigRecord())
+    final: ArrayRecord = result.arrays if len(result.arrays) else initial
+    encoder.load_trainable_state(records.state_from_arrays(final))
+    _save_adapter(encoder, out_dir / "adapter")
+    summary = {
+        "run-id": run_id,
+        "settings": fed.to_run_config(),
+        "rounds": len(strategy.rounds),
+        "rounds-aggregated": sum(r["aggregated"] for r in strategy.rounds),
+        "seconds": time.time() - started,
+        "sites": _last_spend(strategy.rounds),
+        "adapter": str(out_dir / "adapter"),
+    }
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    log(20, "GraphVeil federation finished: %d rounds, adapter saved to %s", summary["rounds"], summary["adapter"])
+    return summary
+
+
+def _save_adapter(encoder: Any, target: Path) -> None:
+    """Write to ``<target>.partial`` and rename, so ``target`` is always complete."""
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    encoder.save(partial)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+
+
+def _last_spend(rounds: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    sites: dict[str, dict[str, Any]] = {}
+    for record in rounds:
+        for entry in record["sites"]:
+            info = sites.setdefault(entry["site"], {"rounds-trained": 0})
+            info["status"] = entry["status"]
+            info["rounds-trained"] += entry["status"] == records.TRAINED
+            if "epsilon" in entry["metrics"]:
+                info["epsilon"] = entry["metrics"]["epsilon"]
+                info["epsilon-budget"] = entry["metrics"].get("epsilon-budget")
+                info["delta"] = entry["metrics"].get("delta")
+            if entry["reason"]:
+                info["reason"] = entry["reason"]
+    return sites
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Flower entry point: the federation configured by the app's run config."""
+    fed = FederationSettings.from_run_config(context.run_config)
+    run_federation(grid, fed, run_id=int(context.run_id))

@@ -1,0 +1,166 @@
+"""The federation's run config (``[tool.flwr.app.config]``) and each site's effective run config.
+
+The run config has two parts:
+
+* federation keys (dashed, Flower style): ``num-server-rounds``, ``local-steps``, ``strategy``,
+  ``min-sites``, ... (:class:`FederationSettings`);
+* ``task.*``: the shared sections of a GraphVeil :class:`~graphveil.config.RunConfig` —
+  sampler, clipper, accountant, encoder, training, privacy, evaluation — written as dotted
+  keys (``task.encoder.model = "tiny-bert"``), so ``flwr run --run-config`` can override any
+  of them. ``data`` is never part of the task: each site names its own graph in its node
+  config (:class:`graphveil.cli_fed.SiteSettings`).
+
+A site's run config is the task, then the site's optional ``site-config`` YAML on top, then
+its data and δ from the node config (:func:`site_run_config`).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from graphveil.cli_fed import SiteSettings
+from graphveil.config import RunConfig, config_from_dict
+from graphveil.errors import ConfigError
+
+TASK_PREFIX = "task."
+#: Placeholder graph used only to validate the task on the server (no data is read).
+_PLACEHOLDER_DATA = {"source": "citeseer"}
+
+
+class FederationSettings(BaseModel):
+    """Federation keys of the app's run config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_server_rounds: int = Field(2, ge=1, alias="num-server-rounds", description="Rounds of the federation.")
+    local_steps: int = Field(5, ge=1, alias="local-steps", description="DP steps each site runs per round.")
+    strategy: Literal["fedavg", "fedadam"] = Field("fedavg", description="Server aggregation of the adapters.")
+    min_sites: int = Field(2, ge=1, alias="min-sites", description="Wait for this many connected sites before a round.")
+    fraction_train: float = Field(1.0, gt=0, le=1, alias="fraction-train", description="Share of connected sites asked per round.")
+    round_timeout: float = Field(3600.0, gt=0, alias="round-timeout", description="Seconds to wait for the sites' replies.")
+    server_lr: float = Field(0.01, gt=0, alias="server-lr", description="FedAdam server learning rate η.")
+    server_tau: float = Field(1e-3, gt=0, alias="server-tau", description="FedAdam adaptivity τ.")
+    output_dir: str = Field("graphveil-fed", alias="output-dir", description="Where the server writes the adapter and round log.")
+    seed: int = Field(0, description="Seed of the server's initial adapter.")
+    task: dict[str, Any] = Field(default_factory=dict, description="Shared RunConfig sections (no data).")
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any], source: str = "run config") -> FederationSettings:
+        """Validate a flat Flower run config; errors name the key and the value."""
+        flat: dict[str, Any] = {}
+        task: dict[str, Any] = {}
+        for key, value in run_config.items():
+            if key.startswith(TASK_PREFIX):
+                _set_dotted(task, key[len(TASK_PREFIX):], value, source)
+            else:
+                flat[key] = value
+        if "data" in task:
+            raise ConfigError(f"{source}: task.data: the data is the site's; set data-path in the SuperNode's node config")
+        try:
+            settings = cls.model_validate({**flat, "task": task})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = str(first["loc"][0]) if first["loc"] else "(run config)"
+            if first["type"] == "extra_forbidden":  # loc is then the key as given
+                known = ", ".join(sorted(f.alias or n for n, f in cls.model_fields.items() if n != "task"))
+                raise ConfigError(f"{source}: unknown key {field!r} (known: {known}, task.*)") from exc
+            info = cls.model_fields.get(field)
+            key = info.alias if info is not None and info.alias else field
+            msg = first["msg"].removeprefix("Value error, ")
+            raise ConfigError(f"{source}: {key}: {msg} (got {first.get('input')!r})") from exc
+        settings.check_task(source)
+        return settings
+
+    def check_task(self, source: str = "run config") -> RunConfig:
+        """Validate the task as a RunConfig on a placeholder graph (no data is read)."""
+        return config_from_dict({**copy.deepcopy(self.task), "data": _PLACEHOLDER_DATA}, f"{source} (task.*)")
+
+    def to_run_config(self) -> dict[str, Any]:
+        """The flat ``[tool.flwr.app.config]`` form (inverse of :meth:`from_run_config`)."""
+        out = {
+            (info.alias or name): getattr(self, name)
+            for name, info in type(self).model_fields.items() if name != "task"
+        }
+        out.update({f"{TASK_PREFIX}{k}": v for k, v in _flatten(self.task).items()})
+        return out
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, source: str) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{source}: task.{dotted}: task.{part} is a value, not a section")
+        node = child
+    if isinstance(node.get(parts[-1]), dict):
+        raise ConfigError(f"{source}: task.{dotted}: is a section, not a value")
+    node[parts[-1]] = value
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def round_seed(site: SiteSettings, run_id: int, server_round: int) -> int:
+    """Seed of one site round. Never reused across rounds, runs or sites: repeated noise would
+    let the server difference two releases. Fresh OS randomness unless the site pins ``seed``."""
+    if site.seed is None:
+        return secrets.randbits(63)
+    digest = hashlib.sha256(f"{site.seed}:{site.site_name}:{run_id}:{server_round}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def site_run_config(fed: FederationSettings, site: SiteSettings, *, seed: int) -> RunConfig:
+    """The run config a site trains with: task, then ``site-config``, then data/δ from the node config.
+
+    ``training.steps`` becomes rounds × local steps, so a task that calibrates σ to a target ε
+    spreads it over the whole federation run (the ledger still caps the site's total).
+    """
+    raw = copy.deepcopy(fed.task)
+    source = f"site {site.site_name}"
+    if site.site_config is not None:
+        path = Path(site.site_config)
+        try:
+            extra = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read site config ({exc})") from exc
+        if not isinstance(extra, dict):
+            raise ConfigError(f"{path}: top level must be a mapping, got {type(extra).__name__}")
+        raw = _merge(raw, extra)
+        source = f"{path}"
+    data = raw.get("data", {}) if isinstance(raw.get("data"), dict) else {}
+    raw["data"] = {**data, **site.data_section()}
+    raw["name"] = site.site_name
+    raw["seed"] = seed
+    raw.setdefault("training", {})["steps"] = fed.num_server_rounds * fed.local_steps
+    raw.setdefault("output", {})["progress"] = False
+    if site.delta is not None:
+        raw.setdefault("privacy", {})["delta"] = site.delta
+    if site.threads is not None:
+        raw["threads"] = site.threads
+    return config_from_dict(raw, source)

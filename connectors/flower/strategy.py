@@ -1,0 +1,197 @@
+"""Server strategy: any Flower strategy over the sites' adapters, aware of refusals and dropouts.
+
+:class:`SiteRounds` wraps a message-based Flower strategy (FedAvg by default, FedAdam as an
+option, :func:`make_strategy`). Each round it
+
+* logs sites that were seen before and are no longer connected, and goes on without them;
+* writes what every reply carried to an audit log (:func:`records.describe_reply`);
+* logs each site's status and reported spend (ε of δ, of its budget), and why a site refused
+  or failed;
+* hands only the ``trained`` replies — reduced to the adapter and the public step count — to
+  the wrapped strategy, so a refusal or a failure never breaks aggregation; a round in which
+  no site trained keeps the previous global adapter.
+
+Sites report held-out MRR with their update, so there is no separate evaluation round.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from logging import INFO, WARNING
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAdam, FedAvg, Strategy
+
+from graphveil.connectors.flower import records
+
+RoundHook = Callable[[int, dict[str, Any]], None]
+
+
+def make_strategy(name: str, *, min_sites: int, fraction_train: float,
+                  server_lr: float = 0.01, server_tau: float = 1e-3) -> FedAvg:
+    """FedAvg (``"fedavg"``) or FedAdam (``"fedadam"``, Reddi et al. 2021) over the adapters,
+    weighted by the public number of local steps."""
+    common: dict[str, Any] = dict(
+        fraction_train=fraction_train, fraction_evaluate=0.0, min_train_nodes=min_sites,
+        min_evaluate_nodes=0, min_available_nodes=min_sites, weighted_by_key=records.WEIGHT,
+        arrayrecord_key=records.ARRAYS, configrecord_key=records.CONFIG,
+    )
+    if name == "fedavg":
+        return FedAvg(**common)
+    if name == "fedadam":
+        return FedAdam(**common, eta=server_lr, tau=server_tau)
+    raise ValueError(f"unknown strategy {name!r}; choose fedavg or fedadam")
+
+
+class SiteRounds(Strategy):
+    """Wraps ``strategy`` (a FedAvg-family strategy) for GraphVeil sites.
+
+    :param strategy: aggregates the trained replies.
+    :param local_steps: DP steps each site is asked to run per round.
+    :param audit_path: JSON-lines file receiving what each reply carried (``None``: no audit).
+    :param on_round_end: called with ``(server_round, round_record)`` after each round.
+    """
+
+    def __init__(self, strategy: FedAvg, *, local_steps: int, audit_path: Path | None = None,
+                 on_round_end: RoundHook | None = None) -> None:
+        self.strategy = strategy
+        self.local_steps = local_steps
+        self.audit_path = audit_path
+        self.on_round_end = on_round_end
+        self.site_names: dict[int, str] = {}
+        self.rounds: list[dict[str, Any]] = []
+        self._online: list[int] = []
+
+    def summary(self) -> None:
+        log(INFO, "\t├──> GraphVeil sites: %d local DP steps per round; refusals and dropouts are logged",
+            self.local_steps)
+        self.strategy.summary()
+
+    def _name(self, node_id: int) -> str:
+        return self.site_names.get(node_id, f"node {node_id}")
+
+    # ------------------------------------------------------------------------------- train
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        config[records.LOCAL_STEPS] = self.local_steps
+        self._online = list(grid.get_node_ids())
+        gone = sorted(self._name(n) for n in self.site_names if n not in self._online)
+        if gone:
+            log(WARNING, "round %d: site(s) no longer connected: %s; continuing with %d connected site(s)",
+                server_round, ", ".join(gone), len(self._online))
+        return self.strategy.configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        self._audit(server_round, replies)
+        sites: list[dict[str, Any]] = []
+        trained: list[Message] = []
+        for msg in replies:
+            entry = self._classify(msg)
+            sites.append(entry)
+            if entry["status"] == records.TRAINED:
+                trained.append(_for_aggregation(msg))
+            self._log_site(server_round, entry)
+        answered = {e["node-id"] for e in sites}
+        missing = sorted(self._name(n) for n in self.site_names if n not in answered)
+        if missing:
+            log(WARNING, "round %d: no reply from %s (dropped out or timed out); the round goes on without them",
+                server_round, ", ".join(missing))
+        arrays: ArrayRecord | None = None
+        if trained:
+            arrays, _ = self.strategy.aggregate_train(server_round, trained)
+        else:
+            log(WARNING, "round %d: no site trained; the global adapter is unchanged", server_round)
+        record = {
+            "round": server_round, "sites": sites, "missing": missing,
+            "aggregated": arrays is not None,
+        }
+        self.rounds.append(record)
+        if self.on_round_end is not None:
+            self.on_round_end(server_round, record)
+        return arrays, _round_metrics(sites)
+
+    def _classify(self, msg: Message) -> dict[str, Any]:
+        node_id = int(msg.metadata.src_node_id)
+        if msg.has_error():
+            return {"node-id": node_id, "site": self._name(node_id), "status": records.FAILED,
+                    "reason": f"Flower error {int(msg.error.code)}: {msg.error.reason}", "metrics": {}}
+        content = msg.content
+        site = content.config_records.get(records.SITE)
+        name = str(site.get("site-name", "")) if site is not None else ""
+        status = str(site.get("status", "")) if site is not None else ""
+        metrics = content.metric_records.get(records.METRICS)
+        entry: dict[str, Any] = {
+            "node-id": node_id, "site": name or self._name(node_id), "status": status,
+            "reason": str(site.get("reason", "")) if site is not None else "",
+            "metrics": dict(metrics) if metrics is not None else {},
+        }
+        if name:
+            self.site_names[node_id] = name
+        if status not in records.STATUSES or (status == records.TRAINED and records.ARRAYS not in content.array_records):
+            entry.update(status=records.FAILED, reason="malformed reply (no site status or no arrays)")
+        return entry
+
+    def _log_site(self, server_round: int, entry: dict[str, Any]) -> None:
+        m = entry["metrics"]
+        spend = (f"ε={m['epsilon']:.4g} of budget {m['epsilon-budget']:.4g} (δ={m['delta']:.3g})"
+                 if {"epsilon", "epsilon-budget", "delta"} <= m.keys() else "spend not reported")
+        if entry["status"] == records.TRAINED:
+            utility = (f", held-out MRR {m['mrr']:.4f}, {int(m['tuples-used'])} tuples"
+                       if {"mrr", "tuples-used"} <= m.keys() else "")
+            log(INFO, "round %d: site %s trained %d steps, %s%s", server_round, entry["site"],
+                int(m.get("num-steps", 0)), spend, utility)
+        elif entry["status"] == records.REFUSED:
+            log(WARNING, "round %d: site %s REFUSED the round: %s [%s]", server_round, entry["site"],
+                entry["reason"], spend)
+        else:
+            log(WARNING, "round %d: site %s FAILED: %s", server_round, entry["site"], entry["reason"])
+
+    def _audit(self, server_round: int, replies: list[Message]) -> None:
+        if self.audit_path is None:
+            return
+        with self.audit_path.open("a", encoding="utf-8") as fh:
+            for msg in replies:
+                fh.write(json.dumps({"round": server_round, **records.describe_reply(msg)}) + "\n")
+
+    # ------------------------------------------------------------------------------- evaluate
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        return []
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return None
+
+
+def _for_aggregation(msg: Message) -> Message:
+    """The reply as the wrapped strategy sees it: the adapter and the public step count only
+    (the reply is reduced in place; it was audited and logged already)."""
+    steps = float(msg.content.metric_records[records.METRICS].get(records.WEIGHT, 1))
+    msg.content = RecordDict({
+        records.ARRAYS: msg.content.array_records[records.ARRAYS],
+        records.METRICS: MetricRecord({records.WEIGHT: steps}),
+    })
+    return msg
+
+
+def _round_metrics(sites: list[dict[str, Any]]) -> MetricRecord:
+    trained = [s for s in sites if s["status"] == records.TRAINED]
+    out: dict[str, float] = {
+        "sites-trained": len(trained),
+        "sites-refused": sum(s["status"] == records.REFUSED for s in sites),
+        "sites-failed": sum(s["status"] == records.FAILED for s in sites),
+    }
+    eps = [s["metrics"]["epsilon"] for s in sites if "epsilon" in s["metrics"]]
+    if eps:
+        out["epsilon-max"] = max(eps)
+    mrr = [s["metrics"]["mrr"] for s in trained if "mrr" in s["metrics"] and math.isfinite(s["metrics"]["mrr"])]
+    if mrr:
+        out["mrr-mean"] = sum(mrr) / len(mrr)
+    return MetricRecord(out)

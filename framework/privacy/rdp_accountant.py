@@ -1,0 +1,242 @@
+"""A stateful RDP accountant over a pure per-step RDP function.
+
+Mirrors opacus' small accountants (``accountants/rdp.py``): the state is a history of
+(σ, steps) pairs; RDP composes additively over steps (Mironov 2017, Prop. 1), so the total
+curve is Σ steps·ρ_σ(α) and ε comes from Thm D.1 (:mod:`graphveil.privacy.conversion`).
+A subclass supplies only the analysis — :meth:`RdpAccountantBase.per_step_rdp`, a pure
+function of σ over ``self.orders`` once :meth:`bind` has fixed the profile numbers — and
+:meth:`RdpAccountantBase._profile_state`, which is recorded in the state dict so a state is
+never loaded into an accountant analysing different numbers.
+
+Unlike opacus, ``len(accountant)`` is the number of steps, not of history segments.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from graphveil.components import Accountant
+from graphveil.errors import PrivacyError
+from graphveil.privacy.conversion import DEFAULT_ORDERS, rdp_to_epsilon, validate_delta, validate_orders
+
+
+def check_noise_multiplier(sigma: Any) -> float:
+    """σ as a float; :class:`PrivacyError` unless it is a finite number > 0."""
+    try:
+        value = float(sigma)
+    except (TypeError, ValueError):
+        raise PrivacyError(f"noise multiplier must be a finite number > 0, got {sigma!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise PrivacyError(f"noise multiplier must be a finite number > 0, got {sigma!r}")
+    return value
+
+
+def check_steps(num_steps: Any, *, minimum: int = 0) -> int:
+    """``num_steps`` as an int ≥ ``minimum``; :class:`PrivacyError` otherwise."""
+    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)):
+        raise PrivacyError(f"number of steps must be an integer >= {minimum}, got {num_steps!r}")
+    if num_steps < minimum:
+        raise PrivacyError(f"number of steps must be an integer >= {minimum}, got {num_steps!r}")
+    return int(num_steps)
+
+
+def bisect_sigma(epsilon_at: Callable[[float], float], target_epsilon: float, *,
+                 sigma_range: tuple[float, float], rtol: float) -> float:
+    """Smallest σ in ``sigma_range`` with ``epsilon_at(σ) <= target`` up to a factor 1 + rtol.
+
+    ``epsilon_at`` must be non-increasing in σ. Brackets geometrically from σ = 1, then bisects
+    in log σ and returns the conservative (upper) end, like opacus' ``get_noise_multiplier``.
+
+    :raises PrivacyError: if even the largest σ of the range misses the target.
+    """
+    lo_limit, hi_limit = sigma_range
+    hi = min(max(1.0, lo_limit), hi_limit)
+    if epsilon_at(hi) > target_epsilon:
+        lo = hi
+        while True:
+            if hi >= hi_limit:
+                raise PrivacyError(
+                    f"target ε={target_epsilon:g} is infeasible: even σ={hi_limit:g} gives "
+                    f"ε={epsilon_at(hi_limit):.4g}"
+                )
+            lo, hi = hi, min(2.0 * hi, hi_limit)
+            if epsilon_at(hi) <= target_epsilon:
+                break
+    else:
+        lo = hi
+        while True:
+            if lo <= lo_limit:
+                return lo_limit  # the smallest σ considered already meets the target
+            hi, lo = lo, max(lo / 2.0, lo_limit)
+            if epsilon_at(lo) > target_epsilon:
+                break
+    while hi / lo > 1.0 + rtol:
+        mid = math.sqrt(lo * hi)
+        if epsilon_at(mid) <= target_epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+class RdpAccountantBase(Accountant):
+    """Generic RDP accountant: history of (σ, steps), composition, Thm D.1 conversion.
+
+    :param params: an instance of the subclass' ``Params`` model; an ``orders`` field, if
+        present and not ``None``, replaces :data:`~graphveil.privacy.conversion.DEFAULT_ORDERS`.
+    """
+
+    #: σ range searched by :meth:`calibrate`.
+    SIGMA_RANGE: ClassVar[tuple[float, float]] = (0.05, 1000.0)
+    #: :meth:`calibrate` stops when the bracket is narrower than a factor 1 + rtol.
+    CALIBRATE_RTOL: ClassVar[float] = 1e-3
+    #: at most this many per-σ RDP curves are cached.
+    CACHE_SIZE: ClassVar[int] = 256
+
+    def __init__(self, params: Any = None) -> None:
+        self.params = params if params is not None else self.Params()
+        orders = getattr(self.params, "orders", None)
+        self.orders: np.ndarray = validate_orders(DEFAULT_ORDERS if orders is None else orders)
+        self._history: dict[float, int] = {}  # σ → steps; equal σ merged
+        self._last_sigma: float | None = None
+        self._cache: dict[float, np.ndarray] = {}
+        self._profile: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ for subclasses
+    @abstractmethod
+    def per_step_rdp(self, noise_multiplier: float) -> np.ndarray:
+        """RDP ε(α) of one step at noise multiplier σ, for every α in ``self.orders``."""
+
+    def _set_profile(self, profile: Mapping[str, Any]) -> None:
+        """Record the bound profile numbers (JSON-able) and drop cached curves."""
+        self._profile = dict(profile)
+        self._cache.clear()
+
+    def _profile_state(self) -> dict[str, Any]:
+        if self._profile is None:
+            raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
+        return dict(self._profile)
+
+    # ------------------------------------------------------------------ RDP curves
+    def rdp_curve(self, noise_multiplier: float) -> np.ndarray:
+        """Cached :meth:`per_step_rdp` (a copy)."""
+        sigma = check_noise_multiplier(noise_multiplier)
+        self._profile_state()
+        curve = self._cache.get(sigma)
+        if curve is None:
+            curve = np.asarray(self.per_step_rdp(sigma), dtype=float)
+            if curve.shape != self.orders.shape or np.isnan(curve).any():
+                raise PrivacyError(f"accountant {self.mechanism!r} produced an invalid RDP curve at σ={sigma}")
+            if len(self._cache) >= self.CACHE_SIZE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[sigma] = curve
+        return curve.copy()
+
+    def total_rdp(self) -> np.ndarray:
+        """Σ over the history of steps·ρ_σ(α)."""
+        total = np.zeros_like(self.orders)
+        for sigma, steps in self._history.items():
+            if steps:
+                total += steps * self.rdp_curve(sigma)
+        return total
+
+    # ------------------------------------------------------------------ Accountant API
+    def step(self, *, noise_multiplier: float, num_steps: int = 1) -> None:
+        sigma = check_noise_multiplier(noise_multiplier)
+        steps = check_steps(num_steps)
+        self._profile_state()
+        self._history[sigma] = self._history.get(sigma, 0) + steps
+        self._last_sigma = sigma
+
+    def get_epsilon(self, delta: float) -> float:
+        delta = validate_delta(delta)
+        if len(self) == 0:
+            return 0.0
+        return rdp_to_epsilon(self.orders, self.total_rdp(), delta)[0]
+
+    def report(self, delta: float) -> dict[str, Any]:
+        """ε, δ, the optimal α, the per-step RDP curve at the last σ, the total curve, history."""
+        delta = validate_delta(delta)
+        report: dict[str, Any] = {
+            "mechanism": self.mechanism,
+            "unit": getattr(self.unit, "value", None),
+            "profile": self._profile_state(),
+            "delta": delta,
+            "steps": len(self),
+            "noise_multiplier": self._last_sigma,
+            "history": [[s, n] for s, n in self._history.items()],
+        }
+        if len(self) == 0:
+            return {**report, "epsilon": 0.0, "alpha": None, "rdp": [], "rdp_total": []}
+        total = self.total_rdp()
+        eps, alpha = rdp_to_epsilon(self.orders, total, delta)
+        last = self.rdp_curve(self._last_sigma) if self._last_sigma is not None else np.zeros_like(total)
+        return {
+            **report,
+            "epsilon": eps,
+            "alpha": alpha,
+            "rdp": [[float(a), float(v)] for a, v in zip(self.orders, last, strict=True)],
+            "rdp_total": [[float(a), float(v)] for a, v in zip(self.orders, total, strict=True)],
+        }
+
+    def calibrate(self, *, target_epsilon: float, delta: float, num_steps: int) -> float:
+        """Smallest σ (conservative end of a log-bisection) with ε ≤ target after ``num_steps``.
+
+        Does not touch the history. :raises PrivacyError: on ε ≤ 0, a bad δ, fewer than one
+        step, or a target no σ in :attr:`SIGMA_RANGE` meets.
+        """
+        try:
+            target = float(target_epsilon)
+        except (TypeError, ValueError):
+            raise PrivacyError(f"target epsilon must be a finite number > 0, got {target_epsilon!r}") from None
+        if not (target > 0 and math.isfinite(target)):
+            raise PrivacyError(f"target epsilon must be a finite number > 0, got {target_epsilon!r}")
+        delta = validate_delta(delta)
+        steps = check_steps(num_steps, minimum=1)
+        self._profile_state()
+
+        def epsilon_at(sigma: float) -> float:
+            return rdp_to_epsilon(self.orders, steps * self.rdp_curve(sigma), delta)[0]
+
+        return bisect_sigma(epsilon_at, target, sigma_range=self.SIGMA_RANGE, rtol=self.CALIBRATE_RTOL)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism,
+            "profile": self._profile_state(),
+            "orders": [float(a) for a in self.orders],
+            "history": [[s, n] for s, n in self._history.items()],
+            "last_sigma": self._last_sigma,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the history; refuses state of another mechanism, profile or order grid."""
+        mechanism = state.get("mechanism")
+        if mechanism != self.mechanism:
+            raise PrivacyError(f"cannot load state of mechanism {mechanism!r} into accountant {self.mechanism!r}")
+        profile = self._profile_state()
+        if state.get("profile") != profile:
+            raise PrivacyError(
+                f"accountant {self.mechanism!r}: saved state was computed for profile "
+                f"{state.get('profile')!r}, this run has {profile!r}"
+            )
+        orders = np.asarray(state.get("orders", []), dtype=float)
+        if orders.shape != self.orders.shape or not np.array_equal(orders, self.orders):
+            raise PrivacyError(f"accountant {self.mechanism!r}: saved state uses a different RDP order grid")
+        history: dict[float, int] = {}
+        for entry in state.get("history", []):
+            if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+                raise PrivacyError(f"accountant {self.mechanism!r}: malformed history entry {entry!r}")
+            sigma, steps = check_noise_multiplier(entry[0]), check_steps(entry[1])
+            history[sigma] = history.get(sigma, 0) + steps
+        last = state.get("last_sigma")
+        self._history = history
+        self._last_sigma = None if last is None else check_noise_multiplier(last)
+
+    def __len__(self) -> int:
+        return sum(self._history.values())

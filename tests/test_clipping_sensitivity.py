@@ -1,0 +1,361 @@
+"""Clipping and its sensitivity under the neighbouring mini-batches of paper 1, Sec. 4.1.
+
+B′ ~ B for a removed node u*: tuples whose positive edge contains u* (B⁺(u*), "R") are
+removed; tuples where u* is only a negative (B⁻(u*), "N") keep their positive edge, u* is
+replaced by another node z, and they get arbitrary new gradients; the other tuples (B₀) keep
+their gradients. Clipping is recomputed on each batch with that batch's own frequencies.
+
+Findings these tests pin down:
+
+* standard clipping moves the sum by ≤ (|R| + 2|N|)·C (Eq. 2);
+* FREQ-CLIP + NEG-SAMPLE-WOR moves it by ≤ C *if B₀'s clipped gradients were the same in B
+  and B′* — the step Prop. 4.1's proof (App. A) takes;
+* with each batch's own frequencies B₀'s thresholds change too; the movement is then only
+  bounded by (C/4)·(2 + 3|N| + |R|·(1 + k_neg)) (proved in the test below) and does exceed C
+  on real WOR batches (:func:`test_freq_clip_with_recomputed_frequencies_can_exceed_c`);
+* FREQ-CLIP with with-replacement negatives exceeds C even with B₀ held fixed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+from _graphs import graphs, make_graph
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from graphveil.clipping import per_tuple_factors
+from graphveil.components import TupleBatch
+from graphveil.data.graph import RelationalGraph
+from graphveil.errors import GraphVeilError
+from graphveil.plugins import edge_dp, entity_dp
+from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper
+from graphveil.plugins.edge_dp.sampler import PoissonDecoupledSampler
+from graphveil.plugins.entity_dp.clipping import FreqClipper, StandardNodeClipper, max_frequencies
+from graphveil.plugins.entity_dp.degree_cap import cap_degrees
+from graphveil.plugins.entity_dp.sampler import PoissonWithReplacementNegSampler, PoissonWORSampler
+from graphveil.plugins.standard.no_clip import NoClip
+from graphveil.profiles import PrivacyUnit, SensitivityKind
+
+C = 1.0
+SLACK = 1e-9
+DIM = 4
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------ references
+
+
+def naive_max_freq(batch: TupleBatch) -> list[int]:
+    """Paper 1, Alg. 1 lines 2–5 with Python sets."""
+    node_sets = [{x for x in row if x >= 0} for row in batch.entities().tolist()]
+    freq: dict[int, int] = {}
+    for nodes in node_sets:
+        for v in nodes:
+            freq[v] = freq.get(v, 0) + 1
+    return [max(freq[v] for v in nodes) for nodes in node_sets]
+
+
+def clipped(clipper, batch: TupleBatch, grads: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    """``(b, d)`` clipped per-tuple gradients factorᵢ·gᵢ."""
+    return clipper.factors(batch, grads.norm(dim=1))[:, None] * grads
+
+
+@dataclass
+class Neighbours:
+    batch: TupleBatch
+    grads: torch.Tensor
+    removed: torch.Tensor  # R = B⁺(u*), mask over B
+    replaced: torch.Tensor  # N = B⁻(u*), mask over B
+    other: TupleBatch  # B′ = B₀ ∪ N′ in B's order
+    other_grads: torch.Tensor
+    replaced_in_other: torch.Tensor  # N′, mask over B′
+
+
+def neighbour(batch: TupleBatch, grads: torch.Tensor, u: int, z: int | list[int], fresh: torch.Tensor) -> Neighbours:
+    """B′ of Sec. 4.1: drop B⁺(u), replace u in B⁻(u) and give those tuples ``fresh`` gradients.
+
+    ``z``: the replacement node, or one per occurrence of u (row-major order, cycled).
+    """
+    removed = (batch.positives == u).any(1)
+    replaced = (batch.negatives == u).any(1) & ~removed
+    keep = ~removed
+    negatives = batch.negatives[keep].clone()
+    slots = negatives == u
+    zs = torch.tensor([z] if isinstance(z, int) else z, dtype=torch.long)
+    negatives[slots] = zs[torch.arange(int(slots.sum())) % zs.numel()]
+    other = TupleBatch(batch.positives[keep], negatives, batch.anchors[keep])
+    n_prime = replaced[keep]
+    other_grads = grads[keep].clone()
+    other_grads[n_prime] = fresh[: int(n_prime.sum())]
+    return Neighbours(batch, grads, removed, replaced, other, other_grads, n_prime)
+
+
+def gradients(b: int, seed: int, aligned: bool, sign: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-tuple gradients with norms C·10^[-1, 3] (clipping mostly active).
+
+    ``aligned``: all along one direction with per-tuple ``sign`` — the adversarial case where
+    the triangle inequality in Eq. (2) is tight.
+    """
+    g = gen(seed)
+    norms = C * 10 ** (4 * torch.rand(b, generator=g, dtype=torch.float64) - 1)
+    if aligned:
+        direction = torch.zeros(b, DIM, dtype=torch.float64)
+        direction[:, 0] = 1.0 if sign is None else sign
+    else:
+        direction = torch.randn(b, DIM, generator=g, dtype=torch.float64)
+        direction /= direction.norm(dim=1, keepdim=True).clamp(min=1e-12)
+    return direction * norms[:, None]
+
+
+# ------------------------------------------------------------------------------ batch drawing
+
+
+@st.composite
+def sampled_case(draw: st.DrawFn, sampler_cls: type) -> tuple[TupleBatch, int, int]:
+    """A batch from a real node-level sampler on a random graph, plus u* and z."""
+    graph: RelationalGraph = draw(graphs(min_nodes=4, max_nodes=14, max_edges=50))
+    n = graph.num_nodes
+    K = draw(st.integers(1, 4))
+    k = draw(st.integers(0, 3))
+    seed = draw(st.integers(0, 2**31 - 1))
+    m_bar = cap_degrees(graph.edges, n, K, gen(seed)).shape[0]
+    b = max(1, min(m_bar, n // max(k, 1)))  # as large as NEG-SAMPLE-WOR allows: many shared nodes
+    sampler = sampler_cls(sampler_cls.Params(batch_size=b, k_neg=k, degree_cap=K))
+    g = gen(seed)
+    sampler.prepare(graph, g)
+    batch = sampler.sample(g)
+    assume(batch.size > 0)
+    present = sorted({x for x in batch.entities().reshape(-1).tolist() if x >= 0})
+    u = draw(st.sampled_from(present))
+    used = set(batch.negatives.reshape(-1).tolist())
+    fresh = [v for v in range(n) if v != u and v not in used]  # keeps B′ a valid WOR draw
+    z = draw(st.sampled_from(fresh or [v for v in range(n) if v != u]))
+    return batch, u, z
+
+
+def signs_for(batch: TupleBatch, u: int) -> torch.Tensor:
+    """+1 for B₀, -1 for tuples containing u: the adversarial orientation."""
+    touches = (batch.entities() == u).any(1)
+    return torch.where(touches, -1.0, 1.0).to(torch.float64)
+
+
+def case_neighbours(batch: TupleBatch, u: int, z: int, seed: int, aligned: bool) -> Neighbours:
+    grads = gradients(batch.size, seed, aligned, signs_for(batch, u))
+    fresh = gradients(batch.size, seed + 1, aligned)  # N′ along +direction when aligned
+    return neighbour(batch, grads, u, z, fresh)
+
+
+# ------------------------------------------------------------------------------ per_tuple_factors
+
+
+def test_per_tuple_factors() -> None:
+    norms = torch.tensor([0.0, 0.5, 1.0, 4.0], dtype=torch.float64)
+    assert per_tuple_factors(norms, 1.0).tolist() == [1.0, 1.0, 1.0, 0.25]
+    assert per_tuple_factors(norms, torch.tensor([1.0, 0.25, 0.5, 8.0], dtype=torch.float64)).tolist() == [
+        1.0, 0.5, 0.5, 1.0]
+    assert per_tuple_factors(torch.zeros(0), 1.0).shape == (0,)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(GraphVeilError, match="NaN or infinite"):
+            per_tuple_factors(torch.tensor([1.0, bad]), 1.0)
+    with pytest.raises(ValueError):
+        per_tuple_factors(torch.tensor([1.0, 2.0]), torch.tensor([1.0]))
+    with pytest.raises(ValueError):
+        per_tuple_factors(torch.tensor([1.0]), 0.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(norms=st.lists(st.floats(0, 1e6), min_size=1, max_size=20), threshold=st.floats(1e-3, 1e3))
+def test_post_clip_norm_is_min_of_norm_and_threshold(norms: list[float], threshold: float) -> None:
+    t = torch.tensor(norms, dtype=torch.float64)
+    f = per_tuple_factors(t, threshold)
+    assert bool(((f > 0) & (f <= 1)).all())
+    assert torch.allclose(f * t, torch.minimum(t, torch.tensor(threshold, dtype=torch.float64)), rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------ FREQ-CLIP (Alg. 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(2, 12), b=st.integers(0, 8), k=st.integers(0, 4), data=st.data())
+def test_max_frequencies_match_algorithm_1(n: int, b: int, k: int, data: st.DataObject) -> None:
+    # Arbitrary batches: repeated nodes inside a tuple, -1 padding, repeated negatives.
+    node = st.integers(0, n - 1)
+    pos = data.draw(st.lists(st.tuples(node, node), min_size=b, max_size=b))
+    neg = data.draw(st.lists(st.lists(st.integers(-1, n - 1), min_size=k, max_size=k), min_size=b, max_size=b))
+    positives = torch.tensor(pos, dtype=torch.long).reshape(b, 2)
+    negatives = torch.tensor(neg, dtype=torch.long).reshape(b, k)
+    batch = TupleBatch(positives, negatives, torch.where(negatives >= 0, positives[:, :1], -1))
+    assert max_frequencies(batch).tolist() == (naive_max_freq(batch) if b else [])
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=sampled_case(PoissonWORSampler), seed=st.integers(0, 2**20), aligned=st.booleans())
+def test_freq_clip_with_wor_negatives(case: tuple[TupleBatch, int, int], seed: int, aligned: bool) -> None:
+    batch, u, z = case
+    nb = case_neighbours(batch, u, z, seed, aligned)
+    clip = FreqClipper(FreqClipper.Params(clip_norm=C))
+    g_b = clipped(clip, batch, nb.grads)
+    g_o = clipped(clip, nb.other, nb.other_grads)
+    R, N = int(nb.removed.sum()), int(nb.replaced.sum())
+    k = batch.k_neg
+    assert N <= 1, "NEG-SAMPLE-WOR keeps |B⁻(u)| ≤ 1"
+    # Every clipped tuple obeys its Alg. 1 threshold C / (2·max-freq).
+    for bb, gg in ((batch, g_b), (nb.other, g_o)):
+        limit = C / (2 * torch.tensor(naive_max_freq(bb), dtype=torch.float64))
+        assert bool((gg.norm(dim=1) <= limit * (1 + 1e-12)).all())
+    # Prop. 4.1 as proved (App. A): B₀'s clipped gradients taken equal in B and B′ → ≤ C.
+    frozen = g_b[nb.removed | nb.replaced].sum(0) - g_o[nb.replaced_in_other].sum(0)
+    assert float(frozen.norm()) <= C + SLACK
+    # Each batch clipped with its own frequencies: B₀'s thresholds move as well. With c = C/2,
+    # ‖Δ‖ ≤ c(1 + |N|) [R ∪ N, N′] + c·Σ_v |Δfreq(v)| / max(freq, freq′) [B₀]
+    #      ≤ c(1 + |N|) + (c/2)(|R|(1 + k) + |N|) = (C/4)(2 + 3|N| + |R|(1 + k)).
+    delta = g_b.sum(0) - g_o.sum(0)
+    assert float(delta.norm()) <= C / 4 * (2 + 3 * N + R * (1 + k)) + SLACK
+
+
+def worst_case_delta(batch: TupleBatch, clip, n: int) -> float:  # noqa: ANN001
+    """max over u* of ‖Δ‖ with adversarial aligned gradients (huge norms) and a fresh z."""
+    worst = 0.0
+    present = {x for x in batch.entities().reshape(-1).tolist() if x >= 0}
+    z = min(set(range(n)) - present)
+    for u in present:
+        sign = signs_for(batch, u)
+        grads = torch.zeros(batch.size, DIM, dtype=torch.float64)
+        grads[:, 0] = 1e6 * sign
+        fresh = torch.zeros(batch.size, DIM, dtype=torch.float64)
+        fresh[:, 0] = 1e6
+        nb = neighbour(batch, grads, u, z, fresh)
+        delta = clipped(clip, batch, grads).sum(0) - clipped(clip, nb.other, nb.other_grads).sum(0)
+        worst = max(worst, float(delta.norm()))
+    return worst
+
+
+def test_freq_clip_with_recomputed_frequencies_can_exceed_c() -> None:
+    # The gap in Prop. 4.1's proof, on batches the real WOR sampler draws. Graph: u* = 0 with
+    # neighbours 1, 2 (K = 2), each of which has one more edge; plus an edge (5, 6) whose tuple
+    # can get u* as its negative. Removing u* drops freq(1), freq(2) from 2 to 1 and doubles
+    # the thresholds of tuples (1, 3) and (2, 4).
+    graph = make_graph(12, [(0, 1), (0, 2), (1, 3), (2, 4), (5, 6)])
+    clip = FreqClipper(FreqClipper.Params(clip_norm=C))
+    sampler = PoissonWORSampler(PoissonWORSampler.Params(batch_size=5, k_neg=1, degree_cap=2))
+    g = gen(0)
+    assert sampler.prepare(graph, g).rate == 1.0  # every edge in every batch
+    worst = [worst_case_delta(sampler.sample(g), clip, 12) for _ in range(40)]
+    assert max(worst) == pytest.approx(1.5 * C)
+    assert sum(w > C + 1e-9 for w in worst) >= 5  # 16 of these 40 batches with seed 0
+
+
+def test_freq_clip_recomputed_counterexample_by_hand() -> None:
+    """u*=0; B: (0,1|8) (0,2|9) (1,3|10) (2,4|11) (5,6|0); B′: (1,3|10) (2,4|11) (5,6|7)."""
+    clip = FreqClipper(FreqClipper.Params(clip_norm=C))
+    positives = torch.tensor([[0, 1], [0, 2], [1, 3], [2, 4], [5, 6]])
+    batch = TupleBatch(positives, torch.tensor([[8], [9], [10], [11], [0]]), positives[:, :1].clone())
+    assert max_frequencies(batch).tolist() == [3, 3, 2, 2, 3]
+    d = torch.tensor([1e6, 0, 0, 0], dtype=torch.float64)
+    grads = torch.stack([-d, -d, d, d, -d])
+    nb = neighbour(batch, grads, u=0, z=7, fresh=d.repeat(5, 1))
+    assert max_frequencies(nb.other).tolist() == [1, 1, 1]
+    delta = clipped(clip, batch, grads).sum(0) - clipped(clip, nb.other, nb.other_grads).sum(0)
+    assert float(delta.norm()) == pytest.approx(1.5 * C)
+
+
+def test_freq_clip_with_replacement_negatives_exceeds_c() -> None:
+    # u* the negative of several tuples: |B⁻(u*)| > 1, so even Prop. 4.1's own bound
+    # (1 + |B⁻(u*)|)·C/2 exceeds C. This is why (coupled_poisson_wr, freq_clip) is refused.
+    graph = make_graph(200, [(2 * i, 2 * i + 1) for i in range(100)])
+    sampler = PoissonWithReplacementNegSampler(
+        PoissonWithReplacementNegSampler.Params(batch_size=50, k_neg=1, degree_cap=1))
+    clip = FreqClipper(FreqClipper.Params(clip_norm=C))
+    g = gen(0)
+    sampler.prepare(graph, g)
+    worst_frozen = 0.0
+    for _ in range(60):
+        batch = sampler.sample(g)
+        in_pos = set(batch.positives.reshape(-1).tolist())
+        counts = torch.bincount(batch.negatives.reshape(-1), minlength=200)
+        for u in torch.nonzero(counts >= 2).flatten().tolist():
+            if u in in_pos:
+                continue
+            used = set(batch.negatives.reshape(-1).tolist()) | in_pos
+            z = [v for v in range(200) if v not in used][: int(counts[u])]  # one fresh node per slot
+            grads = gradients(batch.size, 0, True, signs_for(batch, u)) * 1e3
+            nb = neighbour(batch, grads, u, z, gradients(batch.size, 1, True) * 1e3)
+            g_b, g_o = clipped(clip, batch, nb.grads), clipped(clip, nb.other, nb.other_grads)
+            frozen = g_b[nb.replaced].sum(0) - g_o[nb.replaced_in_other].sum(0)
+            worst_frozen = max(worst_frozen, float(frozen.norm()))
+    assert worst_frozen >= 1.5 * C
+
+
+# ------------------------------------------------------------------------------ standard clipping
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    case=st.one_of(sampled_case(PoissonWORSampler), sampled_case(PoissonWithReplacementNegSampler)),
+    seed=st.integers(0, 2**20),
+    aligned=st.booleans(),
+)
+def test_standard_clipping_node_sensitivity(case: tuple[TupleBatch, int, int], seed: int, aligned: bool) -> None:
+    batch, u, z = case
+    nb = case_neighbours(batch, u, z, seed, aligned)
+    clip = StandardNodeClipper(StandardNodeClipper.Params(clip_norm=C))
+    g_b, g_o = clipped(clip, batch, nb.grads), clipped(clip, nb.other, nb.other_grads)
+    assert bool((g_b.norm(dim=1) <= C * (1 + 1e-12)).all())
+    R, N = int(nb.removed.sum()), int(nb.replaced.sum())
+    assert float((g_b.sum(0) - g_o.sum(0)).norm()) <= (R + 2 * N) * C + SLACK
+
+
+# ------------------------------------------------------------------------------ edge level
+
+
+@settings(max_examples=50, deadline=None)
+@given(graph=graphs(), k=st.integers(0, 3), seed=st.integers(0, 2**20), data=st.data())
+def test_per_tuple_edge_clipping_sensitivity(graph: RelationalGraph, k: int, seed: int, data: st.DataObject) -> None:
+    # Decoupled negatives: removing one relation removes exactly its tuple; the rest is unchanged.
+    sampler = PoissonDecoupledSampler(PoissonDecoupledSampler.Params(batch_size=graph.num_edges, k_neg=k))
+    g = gen(seed)
+    sampler.prepare(graph, g)
+    batch = sampler.sample(g)
+    i = data.draw(st.integers(0, batch.size - 1))
+    grads = gradients(batch.size, seed, aligned=False)
+    clip = PerTupleEdgeClipper(PerTupleEdgeClipper.Params(clip_norm=C))
+    keep = torch.arange(batch.size) != i
+    other = TupleBatch(batch.positives[keep], batch.negatives[keep], batch.anchors[keep])
+    delta = clipped(clip, batch, grads).sum(0) - clipped(clip, other, grads[keep]).sum(0)
+    assert float(delta.norm()) <= C + SLACK
+
+
+# ------------------------------------------------------------------------------ declarations
+
+
+def test_declared_profiles_and_registration() -> None:
+    cases = [
+        (FreqClipper, SensitivityKind.FREQ_CLIP_NODE, PrivacyUnit.NODE),
+        (StandardNodeClipper, SensitivityKind.STANDARD_TUPLE_NODE, PrivacyUnit.NODE),
+        (PerTupleEdgeClipper, SensitivityKind.PER_TUPLE_EDGE, PrivacyUnit.EDGE),
+    ]
+    for cls, kind, unit in cases:
+        clip = cls(cls.Params(clip_norm=2.5))
+        assert clip.profile.kind is kind and clip.profile.unit is unit and clip.profile.clip_norm == 2.5
+        with pytest.raises(ValueError, match="norms"):
+            clip.factors(TupleBatch(torch.tensor([[0, 1]]), torch.empty(1, 0, dtype=torch.long),
+                                    torch.empty(1, 0, dtype=torch.long)), torch.ones(2))
+        for bad in (0.0, -1.0, math.inf, math.nan):
+            with pytest.raises(ValueError):
+                cls.Params(clip_norm=bad)
+    assert entity_dp.graphveil_clippers() == {"freq_clip": FreqClipper, "standard_clip": StandardNodeClipper}
+    assert edge_dp.graphveil_clippers() == {"per_tuple_clip": PerTupleEdgeClipper}
+
+
+def test_no_clip_is_identity_and_claims_nothing() -> None:
+    clip = NoClip(NoClip.Params())
+    batch = TupleBatch(torch.tensor([[0, 1], [1, 2]]), torch.tensor([[3], [4]]), torch.tensor([[0], [1]]))
+    assert clip.factors(batch, torch.tensor([1e9, 0.0])).tolist() == [1.0, 1.0]
+    assert clip.sensitivity_kind is SensitivityKind.NONE and clip.profile.kind is SensitivityKind.NONE

@@ -1,0 +1,206 @@
+"""Run config and node config of the federation, the Flower app project, partitions, CLI helpers."""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from test_fed_support import RUN_CONFIG
+
+from graphveil.cli_fed import SiteSettings, add_fed_parsers, bundled_app_dir, write_connection
+from graphveil.connectors.flower.partition import partition_graph, write_partition
+from graphveil.connectors.flower.settings import FederationSettings, round_seed, site_run_config
+from graphveil.data import RelationalGraph, load_edge_list
+from graphveil.errors import ConfigError
+
+APP = Path(__file__).resolve().parents[1] / "connectors" / "flower" / "app"
+
+
+def site(tmp_path: Path, **extra) -> SiteSettings:
+    base = {"site-name": "bank-a", "data-path": str(tmp_path / "e.tsv"), "data-entities": str(tmp_path / "n.jsonl"),
+            "epsilon-budget": 3.0, "ledger": str(tmp_path / "l.sqlite")}
+    return SiteSettings.from_mapping({**base, **extra})
+
+
+# ------------------------------------------------------------------------------ run config
+
+
+def test_app_pyproject_is_a_valid_flower_app_whose_defaults_validate() -> None:
+    from flwr.cli.config_utils import load_and_validate
+    from flwr.common.config import flatten_dict
+
+    config, _ = load_and_validate(APP / "pyproject.toml")
+    assert config["tool"]["flwr"]["app"]["components"] == {
+        "serverapp": "graphveil_fed.server_app:app", "clientapp": "graphveil_fed.client_app:app"}
+    fed = FederationSettings.from_run_config(flatten_dict(config["tool"]["flwr"]["app"]["config"]))
+    assert fed.strategy == "fedavg" and fed.task["encoder"]["name"] == "hf_lora"
+    assert "data" not in fed.task
+    assert bundled_app_dir() == APP
+    # the app's modules re-export the real apps (what Flower loads from the FAB)
+    import importlib
+    import sys
+
+    from graphveil.connectors.flower import server, site
+
+    sys.path.insert(0, str(APP))
+    try:
+        server_app = importlib.import_module("graphveil_fed.server_app")
+        client_app = importlib.import_module("graphveil_fed.client_app")
+    finally:
+        sys.path.remove(str(APP))
+    assert server_app.app is server.app and client_app.app is site.app
+
+
+def test_run_config_round_trips_and_names_bad_keys() -> None:
+    fed = FederationSettings.from_run_config(RUN_CONFIG)
+    assert fed.local_steps == 3 and fed.task["privacy"] == {"noise_multiplier": 1.0, "delta": 1e-5}
+    assert FederationSettings.from_run_config(fed.to_run_config()) == fed
+    with pytest.raises(ConfigError, match="unknown key 'local_steps'"):
+        FederationSettings.from_run_config({**RUN_CONFIG, "local_steps": 3})
+    with pytest.raises(ConfigError, match="local-steps: Input should be greater than or equal to 1"):
+        FederationSettings.from_run_config({**RUN_CONFIG, "local-steps": 0})
+    with pytest.raises(ConfigError, match="strategy"):
+        FederationSettings.from_run_config({**RUN_CONFIG, "strategy": "krum"})
+    with pytest.raises(ConfigError, match="task.data"):
+        FederationSettings.from_run_config({**RUN_CONFIG, "task.data.path": "/x"})
+    with pytest.raises(ConfigError, match=r"task\.\*.*privacy"):
+        FederationSettings.from_run_config({**RUN_CONFIG, "task.privacy.target_epsilon": 2.0})
+    with pytest.raises(ConfigError, match="is a section, not a value"):
+        FederationSettings.from_run_config({**RUN_CONFIG, "task.encoder": "x"})
+    with pytest.raises(ConfigError, match="is a value, not a section"):
+        FederationSettings.from_run_config({"task.seed": 1, "task.seed.x": 2})
+
+
+def test_site_run_config_layers_task_site_yaml_and_node_config(tmp_path: Path) -> None:
+    extra = tmp_path / "site.yaml"
+    extra.write_text(yaml.safe_dump({"data": {"split": {"train_fraction": 0.6}}, "sampler": {"batch_size": 16},
+                                     "privacy": {"delta": 0.5}}))
+    fed = FederationSettings.from_run_config(RUN_CONFIG)
+    cfg = site_run_config(fed, site(tmp_path, **{"site-config": str(extra), "delta": 1e-6, "threads": 1}), seed=42)
+    assert cfg.data.source == "edge_list" and cfg.data.path == tmp_path / "e.tsv"
+    assert cfg.data.split.train_fraction == 0.6
+    assert cfg.sampler.params == {"batch_size": 16}
+    assert cfg.privacy.delta == 1e-6  # the node config has the last word on δ
+    assert cfg.seed == 42 and cfg.training.steps == 6 and cfg.threads == 1 and cfg.name == "bank-a"
+    assert cfg.output.progress is False
+
+
+def test_round_seeds_never_repeat_and_are_fresh_without_a_pinned_seed(tmp_path: Path) -> None:
+    pinned = site(tmp_path, seed=1)
+    seeds = {round_seed(pinned, run, r) for run in (1, 2) for r in range(1, 20)}
+    seeds |= {round_seed(site(tmp_path, seed=1, **{"site-name": "bank-b"}), 1, r) for r in range(1, 20)}
+    assert len(seeds) == 2 * 19 + 19
+    assert round_seed(pinned, 1, 1) == round_seed(pinned, 1, 1)
+    free = site(tmp_path)
+    assert round_seed(free, 1, 1) != round_seed(free, 1, 1)
+
+
+# ------------------------------------------------------------------------------ node config
+
+
+def test_node_config_errors_name_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="epsilon-budget: required key is missing"):
+        SiteSettings.from_mapping({"site-name": "a", "ledger": "/l", "data-source": "citeseer"})
+    with pytest.raises(ConfigError, match="epsilon-budget: must be a finite ε > 0"):
+        site(tmp_path, **{"epsilon-budget": 0.0})
+    with pytest.raises(ConfigError, match="ledger: must be an absolute path"):
+        site(tmp_path, ledger="ledger.sqlite")
+    with pytest.raises(ConfigError, match="data-entities is required"):
+        SiteSettings.from_mapping({"site-name": "a", "ledger": "/l", "epsilon-budget": 1.0, "data-path": "/e"})
+    with pytest.raises(ConfigError, match="site-name"):
+        site(tmp_path, **{"site-name": "a b"})
+    with pytest.raises(ConfigError, match="unknown_key"):
+        site(tmp_path, unknown_key=1)
+    with pytest.raises(ConfigError, match="does not exist"):
+        site(tmp_path).check_files()
+
+
+def test_node_config_toml_and_site_dry_run(tmp_path: Path, capsys) -> None:
+    (tmp_path / "e.tsv").write_text("source\ttarget\n")
+    (tmp_path / "n.jsonl").write_text("")
+    for name in ("ca.crt", "site.key"):
+        (tmp_path / name).write_text("x")
+    toml = tmp_path / "site.toml"
+    toml.write_text(
+        f'site-name = "bank-a"\ndata-path = "{tmp_path / "e.tsv"}"\ndata-entities = "{tmp_path / "n.jsonl"}"\n'
+        f'epsilon-budget = 4.0\nledger = "{tmp_path / "l.sqlite"}"\n'
+    )
+    assert SiteSettings.from_toml(toml).epsilon_budget == 4.0
+    args = _parse(["fed", "site", "--node-config", str(toml), "--superlink", "127.0.0.1:8000",
+                   "--ca", str(tmp_path / "ca.crt"), "--key", str(tmp_path / "site.key"), "--port", "9101", "--dry-run"])
+    assert args.func(args) == 0
+    cmd = capsys.readouterr().out.split()
+    assert cmd[0].endswith("flower-supernode")
+    assert cmd[cmd.index("--node-config") + 1] == str(toml)
+    assert cmd[cmd.index("--auth-supernode-private-key") + 1] == str(tmp_path / "site.key")
+    assert "--insecure" not in cmd
+    # a broken node config is refused before Flower starts
+    toml.write_text('site-name = "bank-a"\n')
+    args = _parse(["fed", "site", "--node-config", str(toml), "--superlink", "h:1", "--ca", str(tmp_path / "ca.crt"),
+                   "--key", str(tmp_path / "site.key"), "--dry-run"])
+    with pytest.raises(ConfigError, match="required key is missing"):
+        args.func(args)
+
+
+def test_server_dry_run_turns_tls_and_node_auth_on(tmp_path: Path, capsys) -> None:
+    for name in ("ca.crt", "server.pem", "server.key"):
+        (tmp_path / name).write_text("x")
+    args = _parse(["fed", "server", "--ca", str(tmp_path / "ca.crt"), "--cert", str(tmp_path / "server.pem"),
+                   "--key", str(tmp_path / "server.key"), "--port", "9999", "--dry-run"])
+    assert args.func(args) == 0
+    cmd = capsys.readouterr().out.split()
+    assert cmd[0].endswith("flower-superlink")
+    assert {"--enable-supernode-auth", "--disable-runtime-dependency-installation"} <= set(cmd)
+    assert cmd[cmd.index("--ssl-certfile") + 1] == str(tmp_path / "server.pem")
+    assert "--insecure" not in cmd
+    args = _parse(["fed", "server", "--ca", str(tmp_path / "nope"), "--cert", "x", "--key", "y", "--dry-run"])
+    with pytest.raises(ConfigError, match="--ca"):
+        args.func(args)
+
+
+def test_connect_writes_a_flwr_connection(tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_text("x")
+    path = write_connection("gv", "127.0.0.1:8000", str(tmp_path / "ca.crt"), flwr_home=tmp_path / "home")
+    write_connection("other", "10.0.0.1:8000", str(tmp_path / "ca.crt"), flwr_home=tmp_path / "home")
+    raw = tomllib.loads(path.read_text())
+    assert raw["superlink"]["default"] == "gv"
+    assert raw["superlink"]["gv"] == {"address": "127.0.0.1:8000", "root-certificates": str(tmp_path / "ca.crt")}
+    assert raw["superlink"]["other"]["address"] == "10.0.0.1:8000"
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="graphveil")
+    add_fed_parsers(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+# ------------------------------------------------------------------------------ partitions
+
+
+def test_partition_is_disjoint_and_files_load_back_exactly(tmp_path: Path) -> None:
+    import torch
+
+    g = RelationalGraph(
+        name="toy", entity_ids=[f"e{i}" for i in range(12)],
+        edges=torch.tensor([[i, j] for i in range(12) for j in range(i + 1, 12) if (i + j) % 3 == 0]),
+        texts=[f"text {i}" for i in range(12)], labels=torch.tensor([i % 2 for i in range(12)]), label_names=["x", "y"],
+    )
+    parts = partition_graph(g, 3, seed=1)
+    ids = [set(p.entity_ids) for p in parts]
+    assert sum(map(len, ids)) == 12 and set().union(*ids) == set(g.entity_ids)
+    assert all(len(a & b) == 0 for i, a in enumerate(ids) for b in ids[i + 1:])
+    # every kept edge lies inside one site; no edge crossing two sites is kept
+    inside = {(g.entity_ids[u], g.entity_ids[v]) for u, v in g.edges.tolist()
+              if any(g.entity_ids[u] in s and g.entity_ids[v] in s for s in ids)}
+    kept = {(p.entity_ids[u], p.entity_ids[v]) for p in parts for u, v in p.edges.tolist()}
+    assert {tuple(sorted(e)) for e in kept} == {tuple(sorted(e)) for e in inside}
+    files = write_partition(g, 3, tmp_path, seed=1)
+    for part, (edges, entities) in zip(parts, files, strict=True):
+        back = load_edge_list(edges, entities)
+        assert back.entity_ids == part.entity_ids and back.texts == part.texts
+        assert {tuple(e) for e in back.edges.tolist()} == {tuple(e) for e in part.edges.tolist()}
+    with pytest.raises(ConfigError):
+        partition_graph(g, 13)
