@@ -10,9 +10,12 @@ batches of tuples for every mode. Each mode runs in a fresh subprocess:
 * ``opacus``     — opacus ``GradSampleModule`` over the encoder's trainable top layers:
   per-SEQUENCE gradients (one per entity occurrence), summed into tuples, clipped, noised, Adam.
 
-Time: median wall time of the timed steps after warm-up. Memory: the kernel's peak resident set
-(VmHWM from /proc/self/status) during the timed steps only — the peak is reset by writing 5 to
-/proc/self/clear_refs after setup — and its increase over the RSS at the start of the steps.
+Time: ONE subprocess runs the three modes interleaved step by step (order rotated), so load from
+other processes on the machine hits them alike; reported are the median and minimum wall time
+and the median process CPU time per step, each as a ratio to the non-private step.
+Memory: each mode alone in a fresh subprocess; the kernel's peak resident set (VmHWM from
+/proc/self/status) during the timed steps only — the peak is reset by writing 5 to
+/proc/self/clear_refs after setup — and its increase over the RSS when the steps started.
 
     python bench/dp_step_speed.py [--batch 32] [--k-neg 4] [--steps 10] [--json out.json]
 """
@@ -146,14 +149,19 @@ def worker(args: argparse.Namespace) -> dict:
             steps[mode](batch)
     rss_start = _rss_mb("VmRSS")
     exact_peak = _reset_peak()
-    times: dict[str, list[float]] = {m: [] for m in modes}
+    wall: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
     for i, batch in enumerate(batches[args.warmup :]):
         for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:  # rotate the order
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             steps[mode](batch)
-            times[mode].append(time.perf_counter() - t0)
+            wall[mode].append(time.perf_counter() - t0)
+            cpu[mode].append(time.process_time() - c0)
     return {
-        "times": {m: {"median_s": statistics.median(t), "min_s": min(t)} for m, t in times.items()},
+        "times": {
+            m: {"median_s": statistics.median(wall[m]), "min_s": min(wall[m]), "cpu_median_s": statistics.median(cpu[m])}
+            for m in modes
+        },
         "rss_start_mb": rss_start,
         "peak_rss_mb": _rss_mb("VmHWM"),
         "peak_is_step_only": exact_peak,
@@ -193,14 +201,18 @@ def main() -> None:
     t = timing["times"]
     print(f"model={args.model} b={args.batch} k_neg={args.k_neg} sequences/step={args.batch * (2 + args.k_neg)} "
           f"threads={args.threads} trainable params={timing['trainable_params']} timed steps={args.steps}")
-    print(f"{'mode':<11} {'median s':>9} {'min s':>7} {'median x':>9} {'min x':>6} {'peak RSS MB':>12} {'+MB':>5}")
+    base = t["nonprivate"]
+    print(f"{'mode':<11} {'wall med s':>10} {'x':>5} {'wall min s':>10} {'x':>5} {'cpu med s':>9} {'x':>5} "
+          f"{'peak RSS MB':>11} {'+MB':>5}")
     for mode in MODES:
         r, m = t[mode], memory[mode]
-        print(f"{mode:<11} {r['median_s']:>9.3f} {r['min_s']:>7.3f} {r['median_s'] / t['nonprivate']['median_s']:>9.2f} "
-              f"{r['min_s'] / t['nonprivate']['min_s']:>6.2f} {m['peak_rss_mb']:>12.0f} "
+        print(f"{mode:<11} {r['median_s']:>10.3f} {r['median_s'] / base['median_s']:>5.2f} {r['min_s']:>10.3f} "
+              f"{r['min_s'] / base['min_s']:>5.2f} {r['cpu_median_s']:>9.3f} "
+              f"{r['cpu_median_s'] / base['cpu_median_s']:>5.2f} {m['peak_rss_mb']:>11.0f} "
               f"{m['peak_rss_mb'] - m['rss_start_mb']:>5.0f}")
-    print("x: time / non-private time (same process, interleaved steps). peak RSS: VmHWM during the timed "
-          "steps of that mode alone in a fresh process; +MB: over the RSS when the steps started.")
+    print("x: ratio to the non-private step (same process, steps interleaved, order rotated); cpu: process "
+          "CPU time (robust to other load on the machine). peak RSS: VmHWM during the timed steps of that "
+          "mode alone in a fresh process; +MB: over the RSS when the steps started.")
     if not all(m["peak_is_step_only"] for m in memory.values()):
         print("note: /proc/self/clear_refs not writable; peak RSS includes setup")
     if args.json:

@@ -57,8 +57,11 @@ def main() -> None:
     parser.add_argument("--degree-cap", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     start = time.perf_counter()
     graph = synthetic_graph(args.edges, args.nodes, args.seed)

@@ -51,7 +51,8 @@ class FlowerError(GraphVeilError):
 class SiteSettings(BaseModel):
     """What a data owner sets for its SuperNode (``--node-config site.toml``).
 
-    Keys use Flower's dashed style. Nothing here leaves the site.
+    Keys use Flower's dashed style. Of these, only ``site-name``, ``epsilon-budget`` and ``delta``
+    are ever reported to the server (see deploy/RUNBOOK.md, "What leaves the site").
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

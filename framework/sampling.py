@@ -8,7 +8,8 @@
   end of its tuple's positive edge (paper 1, Alg. 2 line 3; paper 2, Sec. 3.2).
 * :class:`PoissonTupleSampler` — the template every relational sampler shares: Poisson
   positives over a record set fixed at :meth:`~PoissonTupleSampler.prepare`, then
-  ``k_neg`` negatives per tuple drawn by the subclass, paired with random ends.
+  ``k_neg`` negatives per tuple (uniform over V by default; subclasses override, e.g.
+  NEG-SAMPLE-WOR), paired with random ends.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, ClassVar
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -59,19 +61,18 @@ def sample_without_replacement(n: int, k: int, generator: torch.Generator) -> to
     if k > _RANDPERM_FRACTION * n:
         return torch.randperm(n, generator=generator)[:k]
     # Expected draws to see k distinct values: n·(H(n) - H(n-k)) ≈ -n·ln(1 - k/n); top up if short.
+    # The dedupe runs in numpy: single-threaded, so it does not stall when OpenMP threads
+    # compete for a busy CPU (torch.unique there was measured 15x slower).
     extra = int(-_OVERDRAW * n * math.log1p(-k / n)) + 16
-    draws = torch.empty(0, dtype=torch.long)
+    draws = np.empty(0, dtype=np.int64)
     while True:
-        draws = torch.cat([draws, torch.randint(0, n, (extra,), generator=generator)])
-        values, inverse = torch.unique(draws, return_inverse=True)
-        seen = values.numel()
-        if seen >= k:
+        draws = np.concatenate([draws, torch.randint(0, n, (extra,), generator=generator).numpy()])
+        _, first = np.unique(draws, return_index=True)  # index of each value's first occurrence
+        if first.size >= k:
             break
-        extra = int(1.5 * (k - seen) * n / (n - seen)) + 16
-    positions = torch.arange(draws.numel())
-    first = torch.full((values.numel(),), draws.numel(), dtype=torch.long)
-    first.scatter_reduce_(0, inverse, positions, reduce="amin")
-    return draws[first.sort().values[:k]]
+        extra = int(1.5 * (k - first.size) * n / (n - first.size)) + 16
+    first.sort()
+    return torch.from_numpy(draws[first[:k]])
 
 
 def poisson_subset(m: int, rate: float, generator: torch.Generator) -> torch.Tensor:
@@ -144,8 +145,8 @@ class PoissonTupleSampler(Sampler):
 
     Params: ClassVar[type[BaseModel]] = PoissonTupleParams
 
-    def __init__(self, params: BaseModel | None = None) -> None:
-        self.params = params if params is not None else self.Params()
+    def __init__(self, params: BaseModel) -> None:
+        self.params = params
         self._edges: torch.Tensor | None = None
         self._profile: SamplingProfile | None = None
 
@@ -193,7 +194,7 @@ class PoissonTupleSampler(Sampler):
     def sample(self, generator: torch.Generator) -> TupleBatch:
         profile = self.profile
         assert self._edges is not None
-        positives = self._edges[poisson_subset(profile.num_records, profile.rate, generator)]
+        positives = self._edges.index_select(0, poisson_subset(profile.num_records, profile.rate, generator))
         negatives = self._negatives(positives.shape[0], generator)
         return pair_with_random_ends(positives, negatives, generator)
 

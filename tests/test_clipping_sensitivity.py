@@ -11,8 +11,9 @@ Findings these tests pin down:
 * FREQ-CLIP + NEG-SAMPLE-WOR moves it by ≤ C *if B₀'s clipped gradients were the same in B
   and B′* — the step Prop. 4.1's proof (App. A) takes;
 * with each batch's own frequencies B₀'s thresholds change too; the movement is then only
-  bounded by (C/4)·(2 + 3|N| + |R|·(1 + k_neg)) (proved in the test below) and does exceed C
-  on real WOR batches (:func:`test_freq_clip_with_recomputed_frequencies_can_exceed_c`);
+  bounded by (C/4)·(2 + 3|N| + |R|·(1 + k_neg)) (proved in the test below), exceeds C on
+  batches the real WOR sampler draws, and reaches C·(1 + K(1 + k_neg)/4) on constructed
+  WOR batches (:func:`test_freq_clip_recomputed_sensitivity_grows_with_k_and_k_neg`);
 * FREQ-CLIP with with-replacement negatives exceeds C even with B₀ held fixed.
 """
 
@@ -252,18 +253,54 @@ def test_freq_clip_with_recomputed_frequencies_can_exceed_c() -> None:
     assert sum(w > C + 1e-9 for w in worst) >= 5  # 16 of these 40 batches with seed 0
 
 
-def test_freq_clip_recomputed_counterexample_by_hand() -> None:
-    """u*=0; B: (0,1|8) (0,2|9) (1,3|10) (2,4|11) (5,6|0); B′: (1,3|10) (2,4|11) (5,6|7)."""
+def star_counterexample(K: int, k: int) -> tuple[TupleBatch, torch.Tensor, int]:
+    """A WOR batch where removing u* = 0 moves the FREQ-CLIP sum by C·(1 + K(1 + k)/4).
+
+    u* has K positive tuples (u*, wᵢ | yᵢ₁..yᵢₖ); every other node x of those tuples has one
+    more tuple (x, qₓ | fresh nodes), so freq(x) drops from 2 to 1 and that tuple's threshold
+    doubles; one tuple (a, b | u*, fresh…) holds u* as a negative. Returns the batch, the
+    adversarial signs (−1 on u*'s tuples) and a fresh replacement node z.
+    """
+    counter = iter(range(1, 10**6))
+    positives, negatives, signs, shared = [], [], [], []
+    for _ in range(K):
+        w, ys = next(counter), [next(counter) for _ in range(k)]
+        positives.append([0, w])
+        negatives.append(ys)
+        signs.append(-1.0)
+        shared += [w, *ys]
+    for x in shared:
+        positives.append([x, next(counter)])
+        negatives.append([next(counter) for _ in range(k)])
+        signs.append(1.0)
+    positives.append([next(counter), next(counter)])
+    negatives.append([0] + [next(counter) for _ in range(k - 1)])
+    signs.append(-1.0)
+    pos = torch.tensor(positives)
+    batch = TupleBatch(pos, torch.tensor(negatives), pos[:, :1].repeat(1, k))
+    return batch, torch.tensor(signs, dtype=torch.float64), next(counter)
+
+
+@pytest.mark.parametrize(("K", "k"), [(2, 1), (3, 2), (5, 1), (5, 4)])
+def test_freq_clip_recomputed_sensitivity_grows_with_k_and_k_neg(K: int, k: int) -> None:
+    batch, signs, z = star_counterexample(K, k)
+    # The batch is one NEG-SAMPLE-WOR can draw: its positives form a graph of max degree ≤ K
+    # (so capping keeps them all and γ = 1 samples them all), its negatives are distinct.
+    assert int(torch.bincount(batch.positives.reshape(-1)).max()) <= K
+    assert batch.negatives.unique().numel() == batch.negatives.numel()
+    grads = torch.zeros(batch.size, DIM, dtype=torch.float64)
+    grads[:, 0] = 1e6 * signs
+    fresh = torch.zeros(batch.size, DIM, dtype=torch.float64)
+    fresh[:, 0] = 1e6
+    nb = neighbour(batch, grads, 0, z, fresh)
+    assert (int(nb.removed.sum()), int(nb.replaced.sum())) == (K, 1)
     clip = FreqClipper(FreqClipper.Params(clip_norm=C))
-    positives = torch.tensor([[0, 1], [0, 2], [1, 3], [2, 4], [5, 6]])
-    batch = TupleBatch(positives, torch.tensor([[8], [9], [10], [11], [0]]), positives[:, :1].clone())
-    assert max_frequencies(batch).tolist() == [3, 3, 2, 2, 3]
-    d = torch.tensor([1e6, 0, 0, 0], dtype=torch.float64)
-    grads = torch.stack([-d, -d, d, d, -d])
-    nb = neighbour(batch, grads, u=0, z=7, fresh=d.repeat(5, 1))
-    assert max_frequencies(nb.other).tolist() == [1, 1, 1]
-    delta = clipped(clip, batch, grads).sum(0) - clipped(clip, nb.other, nb.other_grads).sum(0)
-    assert float(delta.norm()) == pytest.approx(1.5 * C)
+    delta = float((clipped(clip, batch, grads).sum(0) - clipped(clip, nb.other, nb.other_grads).sum(0)).norm())
+    assert delta == pytest.approx(C * (1 + K * (1 + k) / 4))
+    assert delta <= C / 4 * (5 + K * (1 + k)) + SLACK  # the proved bound, for |R| = K, |N| = 1
+    # For K = 5, k_neg = 4 it even exceeds standard clipping's worst case (K + 2)·C.
+    if (K, k) == (5, 4):
+        assert delta > (K + 2) * C
 
 
 def test_freq_clip_with_replacement_negatives_exceeds_c() -> None:

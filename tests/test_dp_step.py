@@ -100,9 +100,9 @@ def enc():
 def test_post_clip_tuple_norms_are_below_threshold(enc):
     batch = make_batch(6, 3, seed=1)
     engine = PerTupleGrad(enc)
-    with engine.record():
+    with engine.record(num_groups=6):
         losses = batch_losses(enc, batch, INFONCE)
-    norms = engine.compute(losses.sum(), num_groups=6)
+    norms = engine.compute(losses.sum())
     clip = StandardClip(float(norms.median()))
     factors = clip.factors(batch, norms)
     assert (factors < 1).any() and (factors == 1).any()
@@ -122,9 +122,9 @@ def test_sigma_zero_releases_clipped_sum_over_expected_size_exactly(enc):
     batch = make_batch(5, 2, seed=2)
     clip = StandardClip(0.05)
     engine = PerTupleGrad(enc)
-    with engine.record():
+    with engine.record(num_groups=5):
         losses = batch_losses(enc, batch, INFONCE)
-    factors = clip.factors(batch, engine.compute(losses.sum(), num_groups=5))
+    factors = clip.factors(batch, engine.compute(losses.sum()))
     engine.accumulate(factors)
     want = [g / 7.5 for g in grads(enc)]
     metrics = dp_step(enc, batch, clipper=clip, noise_multiplier=0.0, expected_batch_size=7.5,

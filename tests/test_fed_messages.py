@@ -307,3 +307,32 @@ def test_arrays_round_trip_exactly() -> None:
         "m": {"type": "MetricRecord", "values": {"k": 1.0}},
         "c": {"type": "ConfigRecord", "values": {"s": "x"}},
     }
+
+
+def test_site_refuses_without_an_explicit_delta(tmp_path: Path) -> None:
+    run_config = {k: v for k, v in RUN_CONFIG.items() if k != "task.privacy.delta"}
+    reply = handle_train(train_content(), site_context(11, node_config(tmp_path), run_config), session_factory=FakeSession)
+    assert reply.config_records[records.SITE]["status"] == records.REFUSED
+    assert "no δ set" in reply.config_records[records.SITE]["reason"]
+    reply = handle_train(train_content(), site_context(11, node_config(tmp_path, delta=1e-6), run_config),
+                         session_factory=FakeSession)
+    assert reply.metric_records[records.METRICS]["delta"] == 1e-6
+
+
+def test_a_ledger_from_another_mechanism_is_a_refusal_that_names_no_numbers(tmp_path: Path) -> None:
+    from test_fed_support import OtherMechanism
+
+    class OtherSession(FakeSession):
+        def __init__(self, config, **kw):
+            super().__init__(config, **kw)
+            self.accountant = OtherMechanism()
+
+    cfg = node_config(tmp_path)
+    ctx = site_context(11, cfg, RUN_CONFIG)
+    handle_train(train_content(1, 3), ctx, session_factory=FakeSession)
+    reply = handle_train(train_content(2, 3), ctx, session_factory=OtherSession)
+    site = reply.config_records[records.SITE]
+    assert site["status"] == records.REFUSED and "separate ledger" in site["reason"]
+    assert "test_other_mechanism" not in site["reason"]  # details stay in the site's log
+    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+        assert [e.status for e in ledger.entries()] == ["released"]

@@ -208,25 +208,9 @@ def test_not_a_ledger_and_missing_file_are_clear_errors(tmp_path: Path) -> None:
         PrivacyLedger(newer)
 
 
-def _cli(argv: list[str]) -> int:
-    """``graphveil budget ...`` through the parsers cli_fed adds (exit 2 on a GraphVeilError, as the CLI)."""
-    import argparse
-
-    from graphveil.cli_fed import add_fed_parsers
-    from graphveil.errors import GraphVeilError
-
-    parser = argparse.ArgumentParser(prog="graphveil")
-    add_fed_parsers(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except GraphVeilError as exc:
-        print(f"graphveil: error: {exc}", file=sys.stderr)
-        return 2
-
-
 def test_budget_show_cli(tmp_path: Path, capsys) -> None:
-    main = _cli
+    from graphveil.cli import main
+
     path = tmp_path / "l.sqlite"
     with PrivacyLedger(path) as ledger:
         eps = _round(ledger, 10, 1.0, budget=4.0, site="bank-a", run="7", round=1)

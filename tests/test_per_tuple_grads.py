@@ -39,9 +39,9 @@ def check(model, batch_forward, tuple_forward, b, mode, seed=0):
     """Engine vs naive: norms and Σᵢ fᵢ g(Tᵢ) for random factors f."""
     params = [p for p in model.parameters() if p.requires_grad]
     engine = PerTupleGrad(model, mode=mode)
-    with engine.record():
+    with engine.record(num_groups=b):
         losses = batch_forward()
-    norms = engine.compute(losses.sum(), num_groups=b)
+    norms = engine.compute(losses.sum())
     factors = torch.rand(b, generator=torch.Generator().manual_seed(seed))
     engine.accumulate(factors)
     got = [p.grad.clone() for p in params]
@@ -108,9 +108,9 @@ def test_lora_sum_equals_plain_backward(lora_encoder):
 
     want = torch.autograd.grad(loss(), params)
     engine = PerTupleGrad(lora_encoder)
-    with engine.record():
+    with engine.record(num_groups=3):
         total = loss()
-    engine.compute(total, num_groups=3)
+    engine.compute(total)
     engine.accumulate(torch.ones(3))
     for p, w in zip(params, want, strict=True):
         torch.testing.assert_close(p.grad, w, rtol=1e-4, atol=1e-7)
@@ -197,9 +197,9 @@ def test_one_sequence_per_tuple_matches_opacus_per_sample_norms():
         _tuple_loss(gsm(ids), 1).sum().backward()
     ref = torch.sqrt(sum(p.grad_sample.flatten(1).pow(2).sum(1) for p in gsm.parameters() if p.requires_grad))
     engine = PerTupleGrad(model)
-    with engine.record():
+    with engine.record(num_groups=6):
         loss = _tuple_loss(model(ids), 1).sum()
-    torch.testing.assert_close(engine.compute(loss, num_groups=6), ref, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(engine.compute(loss), ref, rtol=1e-4, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,36 +222,51 @@ def test_functional_use_of_a_weight_is_refused():
     lin = nn.Linear(3, 3)
     engine = PerTupleGrad(lin)
     x = torch.randn(2, 3)
-    with engine.record():
+    with engine.record(num_groups=2):
         out = torch.nn.functional.linear(x, lin.weight)  # bypasses the module's forward
-    with pytest.raises(PluginError, match="without a call to its forward"):
-        engine.compute(out.sum(), num_groups=2)
+    with pytest.raises(PluginError, match="other than through its module's forward"):
+        engine.compute(out.sum())
 
 
-def test_in_place_change_of_a_recorded_output_is_refused():
-    lin = nn.Linear(3, 3)
-    engine = PerTupleGrad(lin)
-    with engine.record():
-        out = lin(torch.randn(2, 3))
-        out.mul_(2)
-    with pytest.raises(PluginError, match="modified in place"):
-        engine.compute(out.sum(), num_groups=2)
+def test_tied_weight_is_refused():
+    """A recorded embedding whose weight is also used as an output projection (weight tying)."""
+    emb = nn.Embedding(6, 3)
+    engine = PerTupleGrad(emb)
+    with engine.record(num_groups=2):
+        logits = emb(torch.tensor([[1, 2], [3, 4]])) @ emb.weight.t()
+    with pytest.raises(PluginError, match="weight tying"):
+        engine.compute(logits.pow(2).sum())
+
+
+def test_in_place_change_of_an_output_keeps_gradients_exact():
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+
+    def forward(rows):
+        out = lin(x[rows])
+        out.mul_(3)  # in place, after the module's forward
+        return out.pow(2).sum(1)
+
+    check(lin, lambda: forward(slice(None)), lambda i: forward(slice(i, i + 1))[0], 4, "auto")
 
 
 def test_groups_must_divide_sequences():
     lin = nn.Linear(3, 1)
     engine = PerTupleGrad(lin)
-    with engine.record():
+    with engine.record(num_groups=2):
         out = lin(torch.randn(5, 3))
     with pytest.raises(ValueError, match="5 sequences"):
-        engine.compute(out.sum(), num_groups=2)
+        engine.compute(out.sum())
+    with pytest.raises(RuntimeError, match="call compute\\(\\) before accumulate"):
+        engine.accumulate(torch.ones(2))  # the failed compute left nothing half-done
 
 
 def test_empty_batch_gives_zero_gradients():
     lin = nn.Linear(3, 2)
     engine = PerTupleGrad(lin)
-    with engine.record():
+    with engine.record(num_groups=0):
         pass
-    assert engine.compute(torch.zeros(()), num_groups=0).shape == (0,)
+    assert engine.compute(torch.zeros(())).shape == (0,)
     engine.accumulate(torch.zeros(0))
     assert all(torch.equal(p.grad, torch.zeros_like(p)) for p in lin.parameters())

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,7 @@ def run_federation(grid: Grid, fed: FederationSettings, *, run_id: int = 0,
         "adapter": str(out_dir / "adapter"),
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    log(20, "GraphVeil federation finished: %d rounds, adapter saved to %s", summary["rounds"], summary["adapter"])
+    log(INFO, "GraphVeil federation finished: %d rounds, adapter saved to %s", summary["rounds"], summary["adapter"])
     return summary
 
 

@@ -29,6 +29,7 @@ from graphveil.cli_fed import SiteSettings
 from graphveil.config import RunConfig
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.settings import FederationSettings, round_seed, site_run_config
+from graphveil.errors import PrivacyError
 from graphveil.ledger import BudgetExhaustedError, PrivacyLedger
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,10 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, fed: Feder
     config = site_run_config(fed, site, seed=round_seed(site, context.run_id, server_round))
     if not config.privacy.enabled:
         raise _Refusal(records.REFUSED, "the task disables privacy; this site releases only DP updates")
+    if config.privacy.delta is None:
+        # The default δ = 1/|Ē| would tell the server the size of the site's graph.
+        raise _Refusal(records.REFUSED, "no δ set: put delta in the site's node config (the default "
+                       "1/|Ē| is data-dependent and would be reported to the server)")
     if config.threads is not None:
         import torch
 
@@ -116,6 +121,12 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, fed: Feder
     except BudgetExhaustedError as exc:
         raise _Refusal(records.REFUSED, str(exc), _refusal_metrics(
             exc.spent, delta, exc.budget, exc.projected_epsilon)) from exc
+    except PrivacyError as exc:  # the ledger holds spend this run cannot continue
+        log.error("site %s: the ledger refuses this run: %s", site.site_name, exc)
+        raise _Refusal(records.REFUSED, (
+            "the site's ledger holds spend under another privacy unit, accountant, δ or sampling "
+            "profile than this run's; the site needs the same task settings or a separate ledger "
+            "(details in the site's log)")) from exc
 
     stage.now = "training"
     try:

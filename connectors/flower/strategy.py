@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
 from pathlib import Path
@@ -67,6 +68,7 @@ class SiteRounds(Strategy):
         self.site_names: dict[int, str] = {}
         self.rounds: list[dict[str, Any]] = []
         self._online: list[int] = []
+        self._round_started = 0.0
 
     def summary(self) -> None:
         log(INFO, "\t├──> GraphVeil sites: %d local DP steps per round; refusals and dropouts are logged",
@@ -80,6 +82,7 @@ class SiteRounds(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         config[records.LOCAL_STEPS] = self.local_steps
+        self._round_started = time.monotonic()
         self._online = list(grid.get_node_ids())
         gone = sorted(self._name(n) for n in self.site_names if n not in self._online)
         if gone:
@@ -112,6 +115,7 @@ class SiteRounds(Strategy):
         record = {
             "round": server_round, "sites": sites, "missing": missing,
             "aggregated": arrays is not None,
+            "seconds": time.monotonic() - self._round_started if self._round_started else None,
         }
         self.rounds.append(record)
         if self.on_round_end is not None:

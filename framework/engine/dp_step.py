@@ -138,9 +138,9 @@ def dp_step(
     b = batch.size
     engine = PerTupleGrad(encoder)
     if b > 0:
-        with engine.record():
+        with engine.record(num_groups=b):
             losses = batch_losses(encoder, batch, loss)
-        norms = engine.compute(losses.sum(), num_groups=b)
+        norms = engine.compute(losses.sum())
         factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=torch.float32)
         if factors.shape != (b,) or not bool(((factors >= 0) & (factors <= 1)).all()):
             raise PluginError(

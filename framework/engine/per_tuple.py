@@ -2,38 +2,42 @@
 
 Paper 2 (privately-learning-from-graphs-llm-finetuning), Sec. 3.3: for a linear layer
 ``s = W a`` the gradient of a tuple ``E`` (``K = 2 + k`` entities × ``M`` tokens) is
-``g(E) = Σ_{i,j} r_{i,j} a_{i,j}ᵀ`` with ``r = ∂ℓ/∂s``. We record ``a`` and ``r`` for every
-token, never the per-token outer products, and per layer pick the cheaper of
+``g(E) = Σ_{i,j} r_{i,j} a_{i,j}ᵀ`` with ``r = ∂ℓ/∂s``. We record ``a`` (forward hook) and ``r``
+(tensor hook on the output, during the ordinary backward), never the per-token outer products,
+and per layer pick the cheaper of
 
-* **ghost norm** (Li et al., 2021): ``‖g(E)‖² = Σ_{t,t'} (a_t·a_t')(r_t·r_t')``, i.e. the sum of
-  ``(A Aᵀ) ∘ (R Rᵀ)`` — cost ``L²(d+p)`` per tuple with ``L = K·M`` tokens;
-* **book-keeping** (materialised per-tuple gradient, the paper's ``r aᵀ``): ``Rᵀ A`` — cost
-  ``L·d·p`` per tuple and memory ``d·p`` (always cheaper for LoRA factors, where ``p`` or ``d``
-  is the rank ``r``).
+* **book-keeping** (the paper's ``r aᵀ`` summed per tuple, materialised): ``G_E = R_Eᵀ A_E`` —
+  cost ``L·d·p`` and memory ``d·p`` per tuple, with ``L = K·M`` tokens; computed inside the
+  backward hook, so activations are released as early as in a plain backward. Always chosen
+  for LoRA factors, where ``p`` or ``d`` is the rank;
+* **ghost norm** (Li et al., 2021): ``‖G_E‖² = Σ_{t,t'} (a_t·a_t')(r_t·r_t')`` — cost
+  ``L²(d+p)``, no ``d·p`` tensor per tuple; ``A``, ``R`` are kept for the weighted sum.
 
-The weighted sum ``Σᵢ cᵢ g(Eᵢ)`` is then formed directly from the same records (no second
-backward): ``(c ∘ R)ᵀ A`` for ghost layers, ``Σᵢ cᵢ Gᵢ`` for materialised ones. Embedding layers
-use the ghost identity with ``a_t·a_t' = [idx_t = idx_t']``.
+The weighted sum ``Σᵢ cᵢ g(Eᵢ)`` is then formed from the same records (no second backward):
+``Σᵢ cᵢ Gᵢ`` (book-keeping) or ``(c ∘ R)ᵀ A`` (ghost). Embedding layers use the ghost identity
+with ``a_t·a_t' = [idx_t = idx_t']`` and skip the padding index.
 
-The output gradients ``r`` come from ``torch.autograd.grad(loss_sum, outputs)``, which does not
-compute the (summed) parameter gradients at all.
+The backward is ``torch.autograd.grad(loss_sum, trainable parameters)`` — the same work as the
+non-private step — and its summed gradient is checked against ``Σᵢ g(Eᵢ)`` (``verify``): a
+parameter that reaches the loss other than through its module's forward (functional use,
+weight tying) is refused instead of silently mis-clipped.
 
 Only ``nn.Linear`` (weight, bias; including peft's ``lora_A``/``lora_B``) and ``nn.Embedding``
 (weight) may own trainable parameters; anything else is refused naming the module.
 
 Grouping: every recorded activation has the sequence (entity occurrence) index on dim 0, and
 tuple ``i`` owns the consecutive sequences ``[i·s, (i+1)·s)`` with ``s = N / num_groups``.
-The per-tuple decomposition is exact only if sequences never mix along dim 0 (no batch norm,
-no cross-sequence attention) and each tuple's loss depends only on its own sequences.
+The decomposition is exact only if sequences never mix along dim 0 (no batch norm, no
+cross-sequence attention) and each tuple's loss depends only on its own sequences.
 
 Usage::
 
     engine = PerTupleGrad(encoder)
-    with engine.record():
+    with engine.record(num_groups=b):
         emb = encoder.embed(ids)            # ids: b·(2+k) occurrences, tuple-major
     losses = tuple_losses(emb.view(b, 2 + k, -1), ...)
-    norms = engine.compute(losses.sum(), num_groups=b)     # (b,)
-    engine.accumulate(factors)                              # p.grad = Σᵢ factorsᵢ·g(Eᵢ)
+    norms = engine.compute(losses.sum())    # (b,)
+    engine.accumulate(factors)              # p.grad = Σᵢ factorsᵢ·g(Eᵢ)
 """
 
 from __future__ import annotations
@@ -52,25 +56,22 @@ Mode = Literal["auto", "ghost", "materialize"]
 
 
 @dataclass
-class _Call:
-    """One forward call of a hooked module: its input and its output (still in the graph)."""
-
-    inp: torch.Tensor
-    out: torch.Tensor
-    versions: tuple[int, int]
-
-
-@dataclass
 class _Layer:
-    """A module owning trainable parameters, its recorded calls and per-step results."""
+    """A module owning trainable parameters and what one step recorded for it."""
 
     name: str
     module: nn.Module
-    calls: list[_Call] = field(default_factory=list)
-    # Filled by compute(): per parameter either a materialised (B, *shape) tensor or the
-    # (activations, output-grads) pair for the ghost path.
+    params: dict[str, nn.Parameter]
+    calls: int = 0
+    ghost: bool | None = None  # decided at the first output gradient of a step
+    # book-keeping: per-tuple gradients (b, *shape); ghost: (activations, output grads) per call
     per_tuple: dict[str, torch.Tensor] = field(default_factory=dict)
-    ghost: tuple[torch.Tensor, torch.Tensor] | None = None
+    pairs: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+
+    def reset(self) -> None:
+        self.calls, self.ghost = 0, None
+        self.per_tuple.clear()
+        self.pairs.clear()
 
 
 class PerTupleGrad:
@@ -79,155 +80,144 @@ class PerTupleGrad:
     :param model: the module whose trainable parameters (``requires_grad``) are differentiated.
     :param mode: ``"auto"`` picks per layer the cheaper of ghost norm and materialised
         per-tuple gradients; ``"ghost"`` / ``"materialize"`` force one (tests, benchmarks).
+    :param verify: check ``Σᵢ g(Eᵢ)`` against autograd's summed gradient (costs one extra
+        matrix product per ghost linear layer; nothing noticeable for LoRA).
     :raises PluginError: a module other than ``nn.Linear``/``nn.Embedding`` owns trainable
         parameters, or an embedding uses ``scale_grad_by_freq`` (not decomposable per tuple).
     """
 
-    def __init__(self, model: nn.Module, *, mode: Mode = "auto") -> None:
+    def __init__(self, model: nn.Module, *, mode: Mode = "auto", verify: bool = True) -> None:
         if mode not in ("auto", "ghost", "materialize"):
             raise ValueError(f"mode must be auto, ghost or materialize, got {mode!r}")
-        self.mode = mode
+        self.mode, self.verify = mode, verify
         self._layers: list[_Layer] = []
         for name, module in model.named_modules():
-            own = [n for n, p in module.named_parameters(recurse=False) if p.requires_grad]
-            if not own:
-                continue
-            _check_supported(name, module, own)
-            self._layers.append(_Layer(name or type(model).__name__, module))
-        self._recording = False
+            own = {n: p for n, p in module.named_parameters(recurse=False) if p.requires_grad}
+            if own:
+                _check_supported(name, module, list(own))
+                self._layers.append(_Layer(name or type(model).__name__, module, own))
         self._num_groups: int | None = None
+        self._state = "idle"  # idle → recording → recorded → computed → idle
 
     @property
     def parameters(self) -> list[nn.Parameter]:
         """The trainable parameters handled, in module order."""
-        return [p for layer in self._layers for p in _trainable(layer.module).values()]
+        return [p for layer in self._layers for p in layer.params.values()]
 
     # ---------------------------------------------------------------------------------------
-    # forward: record inputs and outputs
+    # forward: record inputs, hook outputs
     # ---------------------------------------------------------------------------------------
 
     @contextmanager
-    def record(self) -> Iterator[PerTupleGrad]:
-        """Record every hooked module's input and output during the forward pass inside."""
+    def record(self, num_groups: int) -> Iterator[PerTupleGrad]:
+        """Record the forward pass inside; dim 0 of every activation splits into ``num_groups``."""
+        if num_groups < 0:
+            raise ValueError(f"num_groups must be >= 0, got {num_groups}")
         for layer in self._layers:
-            layer.calls.clear()
-            layer.per_tuple.clear()
-            layer.ghost = None
-        self._num_groups = None
-        handles = [layer.module.register_forward_hook(self._hook(layer)) for layer in self._layers]
-        self._recording = True
+            layer.reset()
+        self._num_groups = num_groups
+        handles = [layer.module.register_forward_hook(self._forward_hook(layer)) for layer in self._layers]
+        self._state = "recording"
         try:
             yield self
         finally:
-            self._recording = False
+            self._state = "recorded"
             for handle in handles:
                 handle.remove()
 
-    def _hook(self, layer: _Layer):
+    def _forward_hook(self, layer: _Layer):
         def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
             if not torch.is_grad_enabled():
                 return
             if not isinstance(output, torch.Tensor) or not args or not isinstance(args[0], torch.Tensor):
                 raise PluginError(f"per-tuple gradients: {layer.name} must take and return one tensor")
-            inp = args[0]
+            inp = args[0].detach()
             if not isinstance(module, nn.Embedding) and inp.dim() < 2:
                 raise PluginError(f"per-tuple gradients: {layer.name} got an input without a batch dim")
-            layer.calls.append(_Call(inp.detach(), output, (inp._version, output._version)))
+            layer.calls += 1
+            if output.requires_grad:
+                output.register_hook(lambda g: self._backward_hook(layer, inp, g))
 
         return hook
 
+    def _backward_hook(self, layer: _Layer, inp: torch.Tensor, grad: torch.Tensor) -> None:
+        if self._state != "computing":
+            return  # a backward that is not ours (e.g. a test's reference gradient)
+        b = self._num_groups
+        assert b is not None
+        g = _group(grad.detach(), b, layer.name)
+        if isinstance(layer.module, nn.Embedding):
+            layer.ghost = True
+            layer.pairs.append((_group(inp.unsqueeze(-1), b, layer.name)[..., 0], g))
+            return
+        a = _group(inp, b, layer.name)
+        if "bias" in layer.params:
+            _add(layer.per_tuple, "bias", g.sum(1))
+        if "weight" in layer.params:
+            if layer.ghost is None:
+                length, d, p = a.shape[1], a.shape[2], g.shape[2]
+                layer.ghost = self.mode == "ghost" or (self.mode == "auto" and length * (d + p) < d * p)
+            if layer.ghost:
+                layer.pairs.append((a, g))
+            else:
+                _add(layer.per_tuple, "weight", torch.bmm(g.transpose(1, 2), a))
+
     # ---------------------------------------------------------------------------------------
-    # backward: output gradients, per-tuple norms
+    # backward: per-tuple norms
     # ---------------------------------------------------------------------------------------
 
-    def compute(self, loss_sum: torch.Tensor, num_groups: int) -> torch.Tensor:
-        """Per-tuple gradient norms ``‖g(Eᵢ)‖₂`` (shape ``(num_groups,)``) of ``loss_sum = Σᵢ ℓᵢ``.
-
-        Runs one ``autograd.grad`` to the recorded module outputs (no parameter gradients).
-        """
-        if self._recording:
-            raise RuntimeError("call compute() after leaving the record() block")
-        if num_groups < 0:
-            raise ValueError(f"num_groups must be >= 0, got {num_groups}")
-        self._num_groups = num_groups
-        sq = torch.zeros(num_groups, dtype=torch.float64)
-        calls = [(layer, call) for layer in self._layers for call in layer.calls]
-        if num_groups == 0:
-            return sq
-        self._check_unrecorded(loss_sum)
-        if not calls:
-            return sq
-        for layer, call in calls:
-            if (call.inp._version, call.out._version) != call.versions:
-                raise PluginError(
-                    f"per-tuple gradients: the input or output of {layer.name} was modified in "
-                    "place after its forward; the recorded tensors would be wrong"
-                )
-        grads = torch.autograd.grad(
-            loss_sum, [c.out for _, c in calls], allow_unused=True, retain_graph=False
-        )
-        by_layer: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        for (layer, call), g in zip(calls, grads, strict=True):
-            g = torch.zeros_like(call.out) if g is None else g
-            by_layer.setdefault(id(layer), []).append((call.inp, g.detach()))
+    def compute(self, loss_sum: torch.Tensor) -> torch.Tensor:
+        """Per-tuple gradient norms ``‖g(Eᵢ)‖₂`` (shape ``(num_groups,)``) of ``loss_sum = Σᵢ ℓᵢ``."""
+        if self._state != "recorded":
+            raise RuntimeError("call compute() once, after leaving the record() block")
+        b = self._num_groups
+        assert b is not None
+        sq = torch.zeros(b, dtype=torch.float64)
+        params = self.parameters
+        summed: list[torch.Tensor | None] = [None] * len(params)
+        self._state = "computing"
+        try:
+            if b and loss_sum.requires_grad:
+                summed = list(torch.autograd.grad(loss_sum, params, allow_unused=True))
+        except BaseException:
+            for layer in self._layers:
+                layer.reset()
+            self._state = "idle"
+            raise
+        self._state = "computed"
+        summed_by_id = {id(p): g for p, g in zip(params, summed, strict=True)}
         for layer in self._layers:
-            pairs = by_layer.get(id(layer))
-            if pairs:
-                sq += self._layer_sq_norms(layer, pairs, num_groups).double()
-            layer.calls.clear()
+            if layer.ghost and layer.pairs:
+                a, g = _cat([x for x, _ in layer.pairs]), _cat([y for _, y in layer.pairs])
+                layer.pairs = [(a, g)]
+                if isinstance(layer.module, nn.Embedding):
+                    if layer.module.padding_idx is not None:
+                        g = g * (a != layer.module.padding_idx).unsqueeze(-1).to(g.dtype)
+                        layer.pairs = [(a, g)]
+                    gram_a = (a.unsqueeze(2) == a.unsqueeze(1)).to(g.dtype)
+                else:
+                    gram_a = torch.bmm(a, a.transpose(1, 2))
+                sq += (gram_a * torch.bmm(g, g.transpose(1, 2))).sum((1, 2)).double()
+            for t in layer.per_tuple.values():
+                sq += t.flatten(1).pow(2).sum(1).double()
+            if self.verify:
+                self._verify(layer, summed_by_id)
         return sq.clamp(min=0).sqrt().to(torch.float32)  # ghost sums may round below 0
 
-    def _check_unrecorded(self, loss_sum: torch.Tensor) -> None:
-        """Refuse trainable parameters that reach the loss without their module's forward."""
-        silent = [
-            (layer.name, p)
-            for layer in self._layers
-            if not layer.calls
-            for p in _trainable(layer.module).values()
-        ]
-        if not silent:
-            return
-        grads = torch.autograd.grad(
-            loss_sum, [p for _, p in silent], allow_unused=True, retain_graph=True
-        )
-        for (name, _), g in zip(silent, grads, strict=True):
-            if g is not None and bool(g.ne(0).any()):
+    def _verify(self, layer: _Layer, summed: dict[int, torch.Tensor | None]) -> None:
+        """Σᵢ g(Eᵢ) must equal autograd's gradient of the summed loss."""
+        ones = torch.ones(self._num_groups or 0)
+        for name, p in layer.params.items():
+            want = summed[id(p)]
+            got = self._weighted(layer, name, p, ones)
+            want = torch.zeros_like(p) if want is None else want
+            scale = float(want.abs().max()) + float(got.abs().max())
+            if float((got - want).abs().max()) > 1e-3 * scale + 1e-12:
                 raise PluginError(
-                    f"per-tuple gradients: parameters of {name} reach the loss without a call to "
-                    "its forward (functional use or weight tying), so they cannot be tracked"
+                    f"per-tuple gradients: {layer.name}.{name} reaches the loss other than through "
+                    "its module's forward (functional use or weight tying), so its per-tuple "
+                    "gradients cannot be tracked"
                 )
-
-    def _layer_sq_norms(
-        self, layer: _Layer, pairs: list[tuple[torch.Tensor, torch.Tensor]], b: int
-    ) -> torch.Tensor:
-        params = _trainable(layer.module)
-        module = layer.module
-        if isinstance(module, nn.Embedding):
-            idx = torch.cat([_group(x.unsqueeze(-1), b, layer.name) for x, _ in pairs], 1)[..., 0]
-            g = torch.cat([_group(g, b, layer.name) for _, g in pairs], 1)
-            if module.padding_idx is not None:
-                g = g * (idx != module.padding_idx).unsqueeze(-1).to(g.dtype)
-            layer.ghost = (idx, g)
-            same = (idx.unsqueeze(2) == idx.unsqueeze(1)).to(g.dtype)
-            return (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
-        a = torch.cat([_group(x, b, layer.name) for x, _ in pairs], 1)
-        g = torch.cat([_group(g, b, layer.name) for _, g in pairs], 1)
-        sq = torch.zeros(b, dtype=g.dtype)
-        if "bias" in params:
-            gb = g.sum(1)
-            layer.per_tuple["bias"] = gb
-            sq = sq + gb.pow(2).sum(1)
-        if "weight" in params:
-            length, d, p = a.shape[1], a.shape[2], g.shape[2]
-            use_ghost = self.mode == "ghost" or (self.mode == "auto" and length * (d + p) < d * p)
-            if use_ghost:
-                layer.ghost = (a, g)
-                sq = sq + (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
-            else:
-                gw = torch.bmm(g.transpose(1, 2), a)
-                layer.per_tuple["weight"] = gw
-                sq = sq + gw.pow(2).sum((1, 2))
-        return sq
 
     # ---------------------------------------------------------------------------------------
     # weighted (clipped) sum
@@ -239,34 +229,30 @@ class PerTupleGrad:
         Parameters that received no gradient this step get zeros, so noise can be added to
         every released coordinate.
         """
-        b = self._num_groups
-        if b is None:
+        if self._state != "computed":
             raise RuntimeError("call compute() before accumulate()")
         factors = torch.as_tensor(factors).reshape(-1)
-        if factors.numel() != b:
-            raise ValueError(f"expected {b} factors, got {factors.numel()}")
+        if factors.numel() != self._num_groups:
+            raise ValueError(f"expected {self._num_groups} factors, got {factors.numel()}")
         for layer in self._layers:
-            params = _trainable(layer.module)
-            for name, p in params.items():
-                grad = torch.zeros_like(p)
-                f = factors.to(p.dtype)
-                if name in layer.per_tuple:
-                    grad += torch.tensordot(f, layer.per_tuple[name], dims=1)
-                elif layer.ghost is not None and name == "weight":
-                    a, g = layer.ghost
-                    gf = (g * f.view(-1, 1, 1)).reshape(-1, g.shape[-1])
-                    if isinstance(layer.module, nn.Embedding):
-                        grad.index_add_(0, a.reshape(-1), gf)
-                    else:
-                        grad += gf.t() @ a.reshape(-1, a.shape[-1])
-                p.grad = grad
-            layer.per_tuple.clear()
-            layer.ghost = None
-        self._num_groups = None
+            for name, p in layer.params.items():
+                p.grad = self._weighted(layer, name, p, factors)
+            layer.reset()
+        self._num_groups, self._state = None, "idle"
 
-
-def _trainable(module: nn.Module) -> dict[str, nn.Parameter]:
-    return {n: p for n, p in module.named_parameters(recurse=False) if p.requires_grad}
+    def _weighted(self, layer: _Layer, name: str, p: nn.Parameter, factors: torch.Tensor) -> torch.Tensor:
+        grad = torch.zeros_like(p)
+        f = factors.to(p.dtype)
+        if name in layer.per_tuple:
+            grad += torch.tensordot(f, layer.per_tuple[name], dims=1)
+        elif name == "weight" and layer.ghost and layer.pairs:
+            ((a, g),) = layer.pairs
+            gf = (g * f.view(-1, 1, 1)).reshape(-1, g.shape[-1])
+            if isinstance(layer.module, nn.Embedding):
+                grad.index_add_(0, a.reshape(-1), gf)
+            else:
+                grad += gf.t() @ a.reshape(-1, a.shape[-1])
+        return grad
 
 
 def _check_supported(name: str, module: nn.Module, own: list[str]) -> None:
@@ -290,6 +276,15 @@ def _check_supported(name: str, module: nn.Module, own: list[str]) -> None:
 def _group(t: torch.Tensor, b: int, name: str) -> torch.Tensor:
     """``(N, ..., f)`` → ``(b, L, f)``: tuple i owns rows ``[i·s, (i+1)·s)``, ``s = N / b``."""
     n = t.shape[0]
-    if n % b:
+    if b == 0 or n % b:
         raise ValueError(f"{name}: {n} sequences on dim 0 cannot be split into {b} equal tuples")
     return t.reshape(b, -1, t.shape[-1])
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Tokens of several calls of one module, side by side per tuple (no copy for one call)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+
+
+def _add(store: dict[str, torch.Tensor], key: str, value: torch.Tensor) -> None:
+    store[key] = store[key] + value if key in store else value

@@ -9,7 +9,10 @@ from graphveil.hookspecs import hookimpl
 
 @hookimpl
 def graphveil_samplers():
-    from graphveil.plugins.entity_dp.sampler import PoissonWithReplacementNegSampler, PoissonWORSampler
+    from graphveil.plugins.entity_dp.sampler import (
+        PoissonWithReplacementNegSampler,
+        PoissonWORSampler,
+    )
 
     return {"entity_poisson_wor": PoissonWORSampler, "entity_poisson_wr": PoissonWithReplacementNegSampler}
 

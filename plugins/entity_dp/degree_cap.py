@@ -157,6 +157,6 @@ def cap_degrees(edges: torch.Tensor, num_nodes: int, K: int, generator: torch.Ge
     if m and bool((edges[:, 0] == edges[:, 1]).any()):
         raise DataError("edges must not contain self-loops")
     perm = torch.randperm(m, generator=generator)
-    keep = greedy_keep_mask(edges[perm], num_nodes, int(K))
+    keep = greedy_keep_mask(edges.index_select(0, perm), num_nodes, int(K))
     in_original_order = torch.zeros(m, dtype=torch.bool).index_fill_(0, perm[keep], True)
     return edges[in_original_order]

@@ -5,13 +5,13 @@ from graphveil.hookspecs import hookimpl
 
 @hookimpl
 def graphveil_clippers():
-    from graphveil.plugins.standard.baseline import NoClip
+    from graphveil.plugins.standard.no_clip import NoClip
 
     return {"no_clip": NoClip}
 
 
 @hookimpl
 def graphveil_accountants():
-    from graphveil.plugins.standard.baseline import NoAccountant
+    from graphveil.plugins.standard.no_accounting import NoAccountant
 
     return {"no_accounting": NoAccountant}

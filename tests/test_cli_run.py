@@ -1,0 +1,97 @@
+"""End to end through the CLI: a tiny private run, bad input, the plugin listing, the quick demo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from graphveil.cli import main
+
+TINY = {
+    "name": "tiny",
+    "data": {"source": "citeseer", "max_entities": 500, "split": {"train_fraction": 0.6}},
+    "sampler": {"name": "entity_poisson_wor", "batch_size": 12, "k_neg": 2, "degree_cap": 4},
+    "clipper": {"name": "freq_clip", "clip_norm": 1.0},
+    "accountant": {"name": "coupled_rdp_freq"},
+    "encoder": {"name": "hf_lora", "model": "tiny-bert", "max_length": 16, "lora_layers": 1},
+    "training": {"steps": 4, "lr": 0.01},
+    "privacy": {"target_epsilon": 8.0},
+    "evaluation": {"batch_size": 64},
+}
+
+
+def write_config(tmp_path: Path, raw: dict) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.slow
+def test_private_run_writes_complete_run_directory(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    code = main(["run", str(write_config(tmp_path, TINY)), "--output", str(out), "--no-progress"])
+    assert code == 0
+    assert "PREC@1" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == [
+        "adapter", "config.resolved.yaml", "evaluation.json", "metrics.jsonl", "privacy.json"]
+    assert (out / "adapter" / "adapter_config.json").is_file()
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["accountant"] == "coupled_rdp_freq" and privacy["steps"] == 4
+    assert 0 < privacy["epsilon"] <= 8.0 + 1e-9
+    assert privacy["noise_multiplier"] > 0
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [x for x in lines if "step" in x]
+    assert [x["step"] for x in steps] == [1, 2, 3, 4]
+    assert all(a["epsilon"] < b["epsilon"] for a, b in zip(steps, steps[1:], strict=False))
+    evaluation = json.loads((out / "evaluation.json").read_text())
+    assert 0 <= evaluation["prec1"] <= evaluation["mrr"] <= 1
+    assert not (tmp_path / "run.partial").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"privacy": {"target_epsilon": -1}}, "privacy.target_epsilon"),
+        ({"privacy": {"target_epsilon": 1, "delta": 2}}, "privacy.delta"),
+        ({"sampler": {"name": "entity_poisson_wor", "batch_size": 12, "k_neg": 2, "degree_cap": 0}}, "degree_cap"),
+        ({"clipper": {"name": "freq_clip", "clip_norm": 0}}, "clip_norm"),
+        ({"data": {"source": "edge_list", "path": "/nope/edges.csv", "entities": "/nope/e.csv"}}, "/nope/"),
+        ({"accountant": {"name": "edge_rdp"}}, "edge_rdp"),
+    ],
+)
+def test_bad_input_exits_2_and_writes_nothing(tmp_path: Path, capsys, change, message) -> None:
+    out = tmp_path / "run"
+    code = main(["run", str(write_config(tmp_path, {**TINY, **change})), "--output", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not out.exists() and not (tmp_path / "run.partial").exists()
+
+
+def test_override_error_names_field(tmp_path: Path, capsys) -> None:
+    code = main(["run", str(write_config(tmp_path, TINY)), "--set", "training.steps=-3"])
+    assert code == 2
+    assert "training.steps" in capsys.readouterr().err
+
+
+def test_plugins_lists_components_with_plugin(capsys) -> None:
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    for line in ("freq_clip", "[entity_dp]", "coupled_rdp_freq", "hf_lora", "[edge_dp]"):
+        assert line in out
+
+
+@pytest.mark.slow
+def test_quick_demo_prints_table(tmp_path: Path, capsys) -> None:
+    assert main(["demo", "--quick", "--output", str(tmp_path / "demo"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "FREQ-CLIP" in out and "edge-level" in out and "base encoder" in out
+    rows = [json.loads(x) for x in (tmp_path / "demo" / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 5
+    private = [r for r in rows if "ε=" in r["name"]]
+    assert all(r["epsilon"] <= 10.0 + 1e-9 for r in private)

@@ -1,0 +1,198 @@
+"""A real federation on loopback: SuperLink + three SuperNodes as processes, TLS and node auth on.
+
+Everything is started through the deploy/ scripts (certificates, site keys, key registration,
+the SuperLink and SuperNode entrypoints) and the ``graphveil fed`` CLI, exactly as a deployment
+does. Each site holds its own partition of the CiteSeer text graph; the encoder is tiny-bert.
+Site 3's budget allows one round only, so it refuses round 2 and the run finishes with the
+others. Every process the tests start is stopped by its process-group id at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphveil.connectors.flower.loopback import (
+    APP,
+    LoopbackFederation,
+    write_node_config,
+)
+
+pytestmark = [pytest.mark.federation, pytest.mark.slow]
+
+ROUNDS, LOCAL_STEPS, DELTA = 2, 3, 1e-5
+SITES = ("site-1", "site-2", "site-3")
+RUN_CONFIG = {
+    "num-server-rounds": ROUNDS, "local-steps": LOCAL_STEPS, "min-sites": 3, "round-timeout": 600.0,
+    "task.encoder.model": "tiny-bert", "task.encoder.max_length": 16, "task.sampler.batch_size": 32,
+    "task.privacy.noise_multiplier": 1.0, "task.evaluation.batch_size": 64,
+}
+
+
+@dataclass
+class Federation:
+    loop: LoopbackFederation
+    run_dir: Path
+    seconds: float
+    budgets: dict[str, float]
+    node_configs: dict[str, Path]
+
+    @property
+    def root(self) -> Path:
+        return self.loop.root
+
+
+def _site_session(node_config: Path, seed: int = 0):
+    """A session configured exactly as the site builds it (for the independent checks)."""
+    from graphveil.cli_fed import SiteSettings
+    from graphveil.connectors.flower.settings import FederationSettings, site_run_config
+    from graphveil.session import TrainingSession
+
+    fed = FederationSettings.from_run_config(_app_run_config())
+    session = TrainingSession(site_run_config(fed, SiteSettings.from_toml(node_config), seed=seed))
+    session.prepare()
+    return session
+
+
+def _app_run_config() -> dict:
+    import tomllib
+
+    from flwr.common.config import flatten_dict
+
+    raw = tomllib.loads((APP / "pyproject.toml").read_text())
+    return {**flatten_dict(raw["tool"]["flwr"]["app"]["config"]), **RUN_CONFIG}
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory) -> Federation:
+    from graphveil.connectors.flower.partition import write_partition
+    from graphveil.data import load_bundled_citeseer
+
+    root = tmp_path_factory.mktemp("federation")
+    loop = LoopbackFederation(root)
+    loop.env["OMP_NUM_THREADS"] = "1"
+    try:
+        loop.make_credentials([*SITES, "intruder"])
+        parts = write_partition(load_bundled_citeseer(), len(SITES), root / "data", seed=0)
+        node_configs = {
+            name: write_node_config(root / f"{name}.toml", {
+                "site-name": name, "data-source": "edge_list", "data-path": str(edges),
+                "data-entities": str(entities), "epsilon-budget": 50.0, "delta": DELTA,
+                "ledger": str(root / "ledgers" / f"{name}.sqlite"), "seed": 1, "threads": 1})
+            for name, (edges, entities) in zip(SITES, parts, strict=True)
+        }
+        # Site 3 may spend exactly one round: ε after LOCAL_STEPS steps, as its own accountant says.
+        one_round = _site_session(node_configs["site-3"]).projected_epsilon(LOCAL_STEPS)
+        budgets = {"site-1": 50.0, "site-2": 50.0, "site-3": one_round * (1 + 1e-6)}
+        text = node_configs["site-3"].read_text().replace("epsilon-budget = 50.0", f"epsilon-budget = {budgets['site-3']!r}")
+        node_configs["site-3"].write_text(text)
+
+        loop.start_server()
+        loop.register(SITES)
+        for name in SITES:
+            loop.start_site(name, node_configs[name])
+        loop.wait_online(len(SITES))
+        run_dir, seconds, _ = loop.run({**RUN_CONFIG, "output-dir": str(root / "server-out")})
+        (root / "timing.json").write_text(json.dumps({"run_seconds": seconds}))
+        print(f"\nloopback federation: {ROUNDS} rounds x {len(SITES)} sites in {seconds:.1f} s")
+        yield Federation(loop, run_dir, seconds, budgets, node_configs)
+    finally:
+        loop.stop()
+
+
+def _rounds(fed: Federation) -> list[dict]:
+    return [json.loads(line) for line in (fed.run_dir / "rounds.jsonl").read_text().splitlines()]
+
+
+def test_rounds_complete_and_the_spent_site_refuses(federation: Federation) -> None:
+    rounds = _rounds(federation)
+    assert [r["round"] for r in rounds] == list(range(1, ROUNDS + 1))
+    assert all(r["aggregated"] for r in rounds)
+    statuses = [{s["site"]: s["status"] for s in r["sites"]} for r in rounds]
+    assert statuses[0] == {n: "trained" for n in SITES}
+    assert statuses[1] == {"site-1": "trained", "site-2": "trained", "site-3": "refused"}
+    (refusal,) = [s for s in rounds[1]["sites"] if s["site"] == "site-3"]
+    assert "past its budget" in refusal["reason"]
+    summary = json.loads((federation.run_dir / "summary.json").read_text())
+    assert summary["rounds"] == ROUNDS and summary["sites"]["site-3"]["status"] == "refused"
+
+
+def test_global_adapter_changes(federation: Federation) -> None:
+    from safetensors.torch import load_file
+
+    from graphveil.connectors.flower.server import build_encoder
+    from graphveil.connectors.flower.settings import FederationSettings
+
+    encoder = build_encoder(FederationSettings.from_run_config(_app_run_config()))
+    encoder.save(federation.root / "initial-adapter")
+    initial = load_file(federation.root / "initial-adapter" / "adapter_model.safetensors")
+    final = load_file(federation.run_dir / "adapter" / "adapter_model.safetensors")
+    assert set(final) == set(initial) and final
+    assert (federation.run_dir / "adapter" / "adapter_config.json").is_file()
+    changed = [k for k in final if not torch.allclose(final[k], initial[k], atol=1e-7)]
+    assert changed, "no adapter tensor changed in two rounds"
+    assert any("lora_B" in k for k in changed)  # lora_B starts at zero
+
+
+def test_each_ledger_matches_the_accountant_and_stays_within_budget(federation: Federation) -> None:
+    from graphveil.ledger import PrivacyLedger
+
+    trained_rounds = {"site-1": ROUNDS, "site-2": ROUNDS, "site-3": 1}
+    for name in SITES:
+        cfg_path = federation.node_configs[name]
+        with PrivacyLedger(federation.root / "ledgers" / f"{name}.sqlite", create=False) as ledger:
+            entries = ledger.entries()
+            spent = ledger.spent_epsilon()
+            assert [e.status for e in entries if e.status != "refused"] == ["released"] * trained_rounds[name]
+            assert ledger.total_steps() == LOCAL_STEPS * trained_rounds[name]
+        # independent: a fresh accountant of the same site, all its steps at once
+        session = _site_session(cfg_path)
+        session.accountant.step(noise_multiplier=session.noise_multiplier, num_steps=LOCAL_STEPS * trained_rounds[name])
+        assert spent == pytest.approx(session.accountant.get_epsilon(DELTA), rel=1e-9)
+        assert spent <= federation.budgets[name]
+        # and the server was told the same number in the site's last trained reply
+        last = [s for r in _rounds(federation) for s in r["sites"] if s["site"] == name and s["status"] == "trained"][-1]
+        assert last["metrics"]["epsilon"] == pytest.approx(spent, rel=1e-12)
+    with PrivacyLedger(federation.root / "ledgers" / "site-3.sqlite", create=False) as ledger:
+        assert [e.status for e in ledger.entries()] == ["released", "refused"]
+
+
+def test_server_received_only_adapters_and_scalars(federation: Federation) -> None:
+    from graphveil.connectors.flower import records
+
+    audit = [json.loads(line) for line in (federation.run_dir / "received.jsonl").read_text().splitlines()]
+    assert len(audit) == ROUNDS * len(SITES)
+    encoder_keys = None
+    for line in audit:
+        content = line["content"]
+        assert set(content) <= {records.ARRAYS, records.METRICS, records.SITE}
+        site = content[records.SITE]["values"]
+        assert set(site) <= set(records.SITE_KEYS) and site["site-name"] in SITES
+        metrics = set(content[records.METRICS]["values"])
+        if site["status"] == "trained":
+            keys = set(content[records.ARRAYS]["arrays"])
+            assert all(".lora_A." in k or ".lora_B." in k for k in keys)
+            encoder_keys = encoder_keys or keys
+            assert keys == encoder_keys
+            assert metrics == set(records.PRIVACY_METRICS) | set(records.UTILITY_METRICS)
+        else:
+            assert records.ARRAYS not in content and metrics == set(records.REFUSAL_METRICS)
+
+
+def test_unregistered_supernode_is_rejected(federation: Federation) -> None:
+    loop = federation.loop
+    config = federation.root / "intruder.toml"
+    shutil.copy(federation.node_configs["site-1"], config)
+    config.write_text(config.read_text().replace("site-1.sqlite", "intruder.sqlite"))
+    proc = loop.start_site("intruder", config, "--max-retries", "1")
+    code = proc.wait(timeout=120)
+    assert code != 0
+    assert "Failed to activate SuperNode" in loop.log("intruder")
+    assert "No SuperNode found with the given public key" in loop.log("superlink")
+    assert len(loop.online()) == len(SITES)
+    assert not (federation.root / "ledgers" / "intruder.sqlite").exists()
