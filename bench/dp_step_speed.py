@@ -2,7 +2,7 @@
 
 One configuration (default: the packaged MiniLM with the hf_lora encoder's default settings —
 LoRA r=8 on query/value of the top 2 layers, 32 tokens — b=32 tuples, k_neg=4) and the SAME
-batches of tuples for every mode. Each mode runs in a fresh subprocess:
+batches of tuples for every mode. Modes:
 
 * ``nonprivate`` — :func:`graphveil.engine.dp_step.nonprivate_step` (mean loss, backward, Adam);
 * ``dp``         — :func:`graphveil.engine.dp_step.dp_step` (per-tuple norms from one backward
@@ -59,7 +59,13 @@ def setup(args: argparse.Namespace):
     from graphveil.components import Clipper, TupleBatch
     from graphveil.config import TrainingConfig
     from graphveil.data.loaders import load_bundled_citeseer
-    from graphveil.engine.dp_step import GaussianNoise, LossSpec, build_optimizer, dp_step, nonprivate_step
+    from graphveil.engine.dp_step import (
+        GaussianNoise,
+        LossSpec,
+        build_optimizer,
+        dp_step,
+        nonprivate_step,
+    )
     from graphveil.engine.losses import tuple_losses
     from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
     from graphveil.profiles import PrivacyUnit, SensitivityKind

@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from graphveil.errors import ConfigError, GraphVeilError, PrivacyError
-from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind, SensitivityProfile
+from graphveil.profiles import (
+    PrivacyUnit,
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
 
 _ACCOUNTANTS = {"entity": "coupled_rdp", "edge": "edge_rdp"}
 _CLIPPING = {"freq": SensitivityKind.FREQ_CLIP_NODE, "standard": SensitivityKind.STANDARD_TUPLE_NODE}

@@ -130,6 +130,14 @@ class Clipper(ABC):
     unit: ClassVar[PrivacyUnit]
     clip_norm: float
 
+    def bind(self, sampling: SamplingProfile) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Attach the sampling profile of this run (default: nothing to do).
+
+        Called once by the session after the sampler has prepared the graph and before the
+        accountant is bound, so a clipper whose sensitivity depends on the sampling (e.g. on
+        the degree cap K and k_neg) can calibrate itself; raise if the profile is unusable.
+        """
+
     @abstractmethod
     def factors(self, batch: TupleBatch, norms: torch.Tensor) -> torch.Tensor:
         """Per-tuple scale factors (shape ``(b,)``) given per-tuple gradient norms."""

@@ -72,18 +72,29 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def demo_configs(quick: bool = False, root: Path | None = None, progress: bool = True,
-                 base: dict[str, Any] | None = None) -> list[tuple[str, RunConfig]]:
-    """The demo's run configs, in table order (also used by bench/utility.py)."""
+                 base: dict[str, Any] | None = None, sampler: dict[str, Any] | None = None,
+                 target_epsilon: float = TARGET_EPSILON) -> list[tuple[str, RunConfig]]:
+    """The demo's run configs, in table order (also used by bench/utility.py).
+
+    :param base: shared settings replacing :data:`BASE`.
+    :param sampler: options applied to every row's sampler (``degree_cap`` only where it applies).
+    :param target_epsilon: ε of the private rows.
+    """
     shared = copy.deepcopy(base or BASE)
     if quick:
         shared = _merge(shared, {k: v for k, v in QUICK.items() if k != "sampler_batch_size"})
+        sampler = {"batch_size": QUICK["sampler_batch_size"], **(sampler or {})}
     configs = []
     for key, label, extra in ROWS:
         raw = _merge(shared, extra)
         if key == "base":
             raw["training"]["steps"] = 0
-        if quick:
-            raw["sampler"] = dict(raw["sampler"], batch_size=QUICK["sampler_batch_size"])
+        for option, value in (sampler or {}).items():
+            if option in raw["sampler"]:
+                raw["sampler"][option] = value
+        if raw["privacy"].get("enabled", True):
+            raw["privacy"] = {"enabled": True, "target_epsilon": target_epsilon}
+            label = label.replace(f"ε={TARGET_EPSILON:g}", f"ε={target_epsilon:g}")
         raw["name"] = key
         raw["output"] = {"progress": progress, **({"dir": str(root / key)} if root else {})}
         configs.append((label, config_from_dict(raw, f"demo:{key}")))

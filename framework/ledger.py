@@ -319,7 +319,8 @@ class PrivacyLedger:
             eps = float(projected.get_epsilon(delta))
             if steps == 0:
                 eps = max(eps, spent)
-            values = (_now(), site or self.meta().get("site", ""), run, round, steps, noise_multiplier, delta, eps, budget, mechanism)
+            name = site or self.meta().get("site", "")
+            values = (_now(), name, run, round, steps, noise_multiplier, delta, eps, budget, mechanism)
             if not eps <= budget:
                 db.execute(
                     "INSERT INTO entries (created, status, site, run, round, steps, noise_multiplier, "
@@ -328,7 +329,7 @@ class PrivacyLedger:
                     (*values, f"would reach ε={eps:.6g} > budget {budget:.6g} (spent {spent:.6g})"),
                 )
                 refusal = BudgetExhaustedError(
-                    f"site {site!r}: {steps} more steps at σ={noise_multiplier:.4g} would bring ε to "
+                    f"site {name or 'local'!r}: {steps} more steps at σ={noise_multiplier:.4g} would bring ε to "
                     f"{eps:.4g} (δ={delta:.3g}), past its budget {budget:.4g}; already spent {spent:.4g}",
                     projected_epsilon=eps, budget=budget, spent=spent,
                 )
@@ -376,33 +377,42 @@ class PrivacyLedger:
             status, note = "released", ""
             if eps > reservation.epsilon * (1 + _REL_TOL) + 1e-12:
                 note = f"accountant reported ε={eps:.6g} > reserved {reservation.epsilon:.6g}; recorded the larger"
-                db.execute(
-                    "UPDATE entries SET epsilon = ?, state = ? WHERE id = ?",
-                    (eps, _dump_state(accountant.state_dict()), reservation.entry_id),
-                )
-                if eps > reservation.budget:
-                    status = "withheld"
+                newer = db.execute(
+                    f"SELECT COUNT(*) FROM entries WHERE id > ? AND status IN {COUNTING}", (reservation.entry_id,)
+                ).fetchone()[0]
+                if newer:
+                    # Later reservations were built on the smaller state: the excess cannot be
+                    # added behind them, so this output must not leave.
+                    status, note = "withheld", note.replace("recorded the larger", "later rounds built on the reserved state")
+                else:
+                    db.execute(
+                        "UPDATE entries SET epsilon = ?, state = ? WHERE id = ?",
+                        (eps, _dump_state(accountant.state_dict()), reservation.entry_id),
+                    )
+                    if eps > reservation.budget:
+                        status = "withheld"
             elif eps < reservation.epsilon * (1 - _REL_TOL) - 1e-12:
                 note = f"accountant reported ε={eps:.6g} < reserved {reservation.epsilon:.6g}; kept the reserved"
             db.execute("UPDATE entries SET status = ?, note = ? WHERE id = ?", (status, note, reservation.entry_id))
         entry = self.entry(reservation.entry_id)
         if status == "withheld":
             raise BudgetExhaustedError(
-                f"site {entry.site!r}: the steps that ran reached ε={eps:.4g}, past the budget "
-                f"{reservation.budget:.4g}; the update is withheld",
-                projected_epsilon=eps, budget=reservation.budget, spent=eps,
+                f"site {entry.site!r}: the steps that ran reached ε={eps:.4g}, more than the "
+                f"{reservation.epsilon:.4g} reserved (budget {reservation.budget:.4g}); the update is withheld",
+                projected_epsilon=eps, budget=reservation.budget, spent=max(eps, reservation.epsilon),
             )
         return entry
 
     def withhold(self, reservation: Reservation, note: str) -> LedgerEntry:
         """Close a reservation whose output will not leave (e.g. training failed); it still counts."""
         with self._transaction() as db:
-            cur = db.execute(
-                "UPDATE entries SET status = 'withheld', note = ? WHERE id = ? AND status = 'reserved'",
-                (note, reservation.entry_id),
-            )
-            if cur.rowcount != 1:
-                raise LedgerError(f"{self.path}: entry {reservation.entry_id} is not reserved")
+            row = db.execute("SELECT status FROM entries WHERE id = ?", (reservation.entry_id,)).fetchone()
+            if row is None or row[0] not in ("reserved", "withheld"):
+                raise LedgerError(
+                    f"{self.path}: entry {reservation.entry_id} is {row[0] if row else 'missing'}, not reserved"
+                )
+            if row[0] == "reserved":
+                db.execute("UPDATE entries SET status = 'withheld', note = ? WHERE id = ?", (note, reservation.entry_id))
         return self.entry(reservation.entry_id)
 
     def entry(self, entry_id: int) -> LedgerEntry:

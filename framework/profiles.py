@@ -37,7 +37,8 @@ class SamplingKind(StrEnum):
 
 
 class SensitivityKind(StrEnum):
-    #: FREQ-CLIP (paper 1, Alg. 1) with |B⁻(u)| ≤ 1: sensitivity C per node (Prop. 4.1).
+    #: FREQ-CLIP (paper 1, Alg. 1) with |B⁻(u)| ≤ 1, its norm scaled so that the clipped sum
+    #: moves by at most C per node even with recomputed frequencies (see entity_dp.clipping).
     FREQ_CLIP_NODE = "freq_clip_node"
     #: Standard per-tuple clipping at C under node-level DP: (|B⁺(u)| + 2|B⁻(u)|)·C (Eq. 2, Thm C.1).
     STANDARD_TUPLE_NODE = "standard_tuple_node"

@@ -100,6 +100,7 @@ class TrainingSession:
         self.test_nodes = self._global_index(self.test_graph)
         profile = self.sampler.prepare(self.train_graph, self.generator)
         self.sampling_profile = profile
+        self.clipper.bind(profile)
         self.accountant.bind(profile, self.clipper.profile)
         self.delta = cfg.privacy.delta if cfg.privacy.delta is not None else 1.0 / max(profile.num_records, 2)
         if cfg.privacy.enabled:
@@ -227,6 +228,8 @@ class TrainingSession:
             "unit": self.sampler.unit.value if cfg.privacy.enabled else None,
             "noise_multiplier": self.noise_multiplier,
             "clip_norm": getattr(self.clipper, "clip_norm", None),
+            # FREQ-CLIP clips at C·κ so that its sum has sensitivity C (entity_dp.clipping).
+            "clip_scale": getattr(self.clipper, "kappa", None),
             "steps": self.steps_done,
             "delta": self.delta,
             "sampling_profile": {k: (v.value if hasattr(v, "value") else v)

@@ -5,16 +5,21 @@ removed; tuples where u* is only a negative (B⁻(u*), "N") keep their positive 
 replaced by another node z, and they get arbitrary new gradients; the other tuples (B₀) keep
 their gradients. Clipping is recomputed on each batch with that batch's own frequencies.
 
-Findings these tests pin down:
+Findings on paper 1's Alg. 1 *as published* (norm C, :class:`PaperAlg1`, a reference written
+here — the ``test_paper_alg1_*`` tests document the gap in Prop. 4.1):
 
 * standard clipping moves the sum by ≤ (|R| + 2|N|)·C (Eq. 2);
-* FREQ-CLIP + NEG-SAMPLE-WOR moves it by ≤ C *if B₀'s clipped gradients were the same in B
+* Alg. 1 + NEG-SAMPLE-WOR moves it by ≤ C *if B₀'s clipped gradients were the same in B
   and B′* — the step Prop. 4.1's proof (App. A) takes;
 * with each batch's own frequencies B₀'s thresholds change too; the movement is then only
-  bounded by (C/4)·(2 + 3|N| + |R|·(1 + k_neg)) (proved in the test below), exceeds C on
-  batches the real WOR sampler draws, and reaches C·(1 + K(1 + k_neg)/4) on constructed
-  WOR batches (:func:`test_freq_clip_recomputed_sensitivity_grows_with_k_and_k_neg`);
-* FREQ-CLIP with with-replacement negatives exceeds C even with B₀ held fixed.
+  bounded by (C/4)·(2 + 3|N| + |R|·(1 + k_neg)) (proved in
+  :func:`graphveil.plugins.entity_dp.clipping.sensitivity_bound`), exceeds C on batches the
+  real WOR sampler draws, and reaches C·(1 + K(1 + k_neg)/4) on constructed WOR batches
+  (:func:`test_paper_alg1_sensitivity_grows_with_k_and_k_neg`);
+* Alg. 1 with with-replacement negatives exceeds C even with B₀ held fixed.
+
+The product's :class:`FreqClipper` runs Alg. 1 at C·κ, κ = 4 / (5 + K(1 + k_neg)), once bound
+to the sampler's profile; ``test_bound_freq_clip_*`` check that its sum moves by ≤ C.
 """
 
 from __future__ import annotations
@@ -25,21 +30,26 @@ from dataclasses import dataclass
 import pytest
 import torch
 from _graphs import graphs, make_graph
-from hypothesis import assume, given, settings
+from hypothesis import assume, given, settings, target
 from hypothesis import strategies as st
 
 from graphveil.clipping import per_tuple_factors
 from graphveil.components import TupleBatch
 from graphveil.data.graph import RelationalGraph
-from graphveil.errors import GraphVeilError
+from graphveil.errors import GraphVeilError, PrivacyError, ProfileMismatchError
 from graphveil.plugins import edge_dp, entity_dp
 from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper
 from graphveil.plugins.edge_dp.sampler import PoissonDecoupledSampler
-from graphveil.plugins.entity_dp.clipping import FreqClipper, StandardNodeClipper, max_frequencies
+from graphveil.plugins.entity_dp.clipping import (
+    FreqClipper,
+    StandardNodeClipper,
+    max_frequencies,
+    sensitivity_bound,
+)
 from graphveil.plugins.entity_dp.degree_cap import cap_degrees
 from graphveil.plugins.entity_dp.sampler import PoissonWithReplacementNegSampler, PoissonWORSampler
 from graphveil.plugins.standard.no_clip import NoClip
-from graphveil.profiles import PrivacyUnit, SensitivityKind
+from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind
 
 C = 1.0
 SLACK = 1e-9
@@ -61,6 +71,29 @@ def naive_max_freq(batch: TupleBatch) -> list[int]:
         for v in nodes:
             freq[v] = freq.get(v, 0) + 1
     return [max(freq[v] for v in nodes) for nodes in node_sets]
+
+
+class PaperAlg1:
+    """Paper 1, Alg. 1 exactly as published: clip Tᵢ to C / (2·max-freq(Tᵢ)) — no κ."""
+
+    def __init__(self, clip_norm: float = C) -> None:
+        self.clip_norm = clip_norm
+
+    def factors(self, batch: TupleBatch, norms: torch.Tensor) -> torch.Tensor:
+        mf = torch.tensor(naive_max_freq(batch), dtype=torch.float64)
+        return per_tuple_factors(norms, self.clip_norm / (2 * mf))
+
+
+def wor_profile(K: int, k: int) -> SamplingProfile:
+    return SamplingProfile(SamplingKind.COUPLED_POISSON_WOR, rate=1.0, num_records=1, num_nodes=1,
+                           degree_cap=K, k_neg=k)
+
+
+def bound_freq_clip(K: int, k: int) -> FreqClipper:
+    """The product's FREQ-CLIP, bound for degree cap K and k_neg negatives (κ = 4/(5 + K(1 + k)))."""
+    clip = FreqClipper(FreqClipper.Params(clip_norm=C))
+    clip.bind(wor_profile(K, k))
+    return clip
 
 
 def clipped(clipper, batch: TupleBatch, grads: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
@@ -119,8 +152,8 @@ def gradients(b: int, seed: int, aligned: bool, sign: torch.Tensor | None = None
 
 
 @st.composite
-def sampled_case(draw: st.DrawFn, sampler_cls: type) -> tuple[TupleBatch, int, int]:
-    """A batch from a real node-level sampler on a random graph, plus u* and z."""
+def sampled_batch(draw: st.DrawFn, sampler_cls: type) -> tuple[TupleBatch, SamplingProfile]:
+    """A non-empty batch from a real node-level sampler on a random graph, and its profile."""
     graph: RelationalGraph = draw(graphs(min_nodes=4, max_nodes=14, max_edges=50))
     n = graph.num_nodes
     K = draw(st.integers(1, 4))
@@ -130,14 +163,26 @@ def sampled_case(draw: st.DrawFn, sampler_cls: type) -> tuple[TupleBatch, int, i
     b = max(1, min(m_bar, n // max(k, 1)))  # as large as NEG-SAMPLE-WOR allows: many shared nodes
     sampler = sampler_cls(sampler_cls.Params(batch_size=b, k_neg=k, degree_cap=K))
     g = gen(seed)
-    sampler.prepare(graph, g)
+    profile = sampler.prepare(graph, g)
     batch = sampler.sample(g)
     assume(batch.size > 0)
+    return batch, profile
+
+
+def replacements(batch: TupleBatch, u: int, n: int) -> list[int]:
+    """Candidates for z: nodes ≠ u that are no negative of B (keeps B′ a valid WOR draw)."""
+    used = set(batch.negatives.reshape(-1).tolist())
+    fresh = [v for v in range(n) if v != u and v not in used]
+    return fresh or [v for v in range(n) if v != u]
+
+
+@st.composite
+def sampled_case(draw: st.DrawFn, sampler_cls: type) -> tuple[TupleBatch, int, int]:
+    """A batch from a real node-level sampler on a random graph, plus u* and z."""
+    batch, profile = draw(sampled_batch(sampler_cls))
     present = sorted({x for x in batch.entities().reshape(-1).tolist() if x >= 0})
     u = draw(st.sampled_from(present))
-    used = set(batch.negatives.reshape(-1).tolist())
-    fresh = [v for v in range(n) if v != u and v not in used]  # keeps B′ a valid WOR draw
-    z = draw(st.sampled_from(fresh or [v for v in range(n) if v != u]))
+    z = draw(st.sampled_from(replacements(batch, u, profile.num_nodes)))
     return batch, u, z
 
 
@@ -198,10 +243,11 @@ def test_max_frequencies_match_algorithm_1(n: int, b: int, k: int, data: st.Data
 
 @settings(max_examples=100, deadline=None)
 @given(case=sampled_case(PoissonWORSampler), seed=st.integers(0, 2**20), aligned=st.booleans())
-def test_freq_clip_with_wor_negatives(case: tuple[TupleBatch, int, int], seed: int, aligned: bool) -> None:
+def test_paper_alg1_recomputed_frequencies_bound(case: tuple[TupleBatch, int, int], seed: int, aligned: bool) -> None:
+    # UNSCALED Alg. 1 (norm C, as published): documents what Prop. 4.1 misses.
     batch, u, z = case
     nb = case_neighbours(batch, u, z, seed, aligned)
-    clip = FreqClipper(FreqClipper.Params(clip_norm=C))
+    clip = PaperAlg1(C)
     g_b = clipped(clip, batch, nb.grads)
     g_o = clipped(clip, nb.other, nb.other_grads)
     R, N = int(nb.removed.sum()), int(nb.replaced.sum())
@@ -216,7 +262,8 @@ def test_freq_clip_with_wor_negatives(case: tuple[TupleBatch, int, int], seed: i
     assert float(frozen.norm()) <= C + SLACK
     # Each batch clipped with its own frequencies: B₀'s thresholds move as well. With c = C/2,
     # ‖Δ‖ ≤ c(1 + |N|) [R ∪ N, N′] + c·Σ_v |Δfreq(v)| / max(freq, freq′) [B₀]
-    #      ≤ c(1 + |N|) + (c/2)(|R|(1 + k) + |N|) = (C/4)(2 + 3|N| + |R|(1 + k)).
+    #      ≤ c(1 + |N|) + (c/2)(|R|(1 + k) + |N|) = (C/4)(2 + 3|N| + |R|(1 + k))
+    # (the proof is in sensitivity_bound's docstring).
     delta = g_b.sum(0) - g_o.sum(0)
     assert float(delta.norm()) <= C / 4 * (2 + 3 * N + R * (1 + k)) + SLACK
 
@@ -238,19 +285,27 @@ def worst_case_delta(batch: TupleBatch, clip, n: int) -> float:  # noqa: ANN001
     return worst
 
 
-def test_freq_clip_with_recomputed_frequencies_can_exceed_c() -> None:
+def test_paper_alg1_can_exceed_c_on_sampled_batches() -> None:
     # The gap in Prop. 4.1's proof, on batches the real WOR sampler draws. Graph: u* = 0 with
     # neighbours 1, 2 (K = 2), each of which has one more edge; plus an edge (5, 6) whose tuple
     # can get u* as its negative. Removing u* drops freq(1), freq(2) from 2 to 1 and doubles
     # the thresholds of tuples (1, 3) and (2, 4).
     graph = make_graph(12, [(0, 1), (0, 2), (1, 3), (2, 4), (5, 6)])
-    clip = FreqClipper(FreqClipper.Params(clip_norm=C))
     sampler = PoissonWORSampler(PoissonWORSampler.Params(batch_size=5, k_neg=1, degree_cap=2))
     g = gen(0)
-    assert sampler.prepare(graph, g).rate == 1.0  # every edge in every batch
-    worst = [worst_case_delta(sampler.sample(g), clip, 12) for _ in range(40)]
+    profile = sampler.prepare(graph, g)
+    assert profile.rate == 1.0  # every edge in every batch
+    bound = FreqClipper(FreqClipper.Params(clip_norm=C))
+    bound.bind(profile)
+    assert bound.kappa == pytest.approx(4 / 9)
+    batches = [sampler.sample(g) for _ in range(40)]
+    worst = [worst_case_delta(batch, PaperAlg1(C), 12) for batch in batches]
     assert max(worst) == pytest.approx(1.5 * C)
     assert sum(w > C + 1e-9 for w in worst) >= 5  # 16 of these 40 batches with seed 0
+    # The product's FREQ-CLIP (norm C·κ) on the same batches: ≤ C, here exactly κ·worst.
+    bound_worst = [worst_case_delta(batch, bound, 12) for batch in batches]
+    assert bound_worst == pytest.approx([bound.kappa * w for w in worst])
+    assert max(bound_worst) <= C + SLACK
 
 
 def star_counterexample(K: int, k: int) -> tuple[TupleBatch, torch.Tensor, int]:
@@ -282,7 +337,7 @@ def star_counterexample(K: int, k: int) -> tuple[TupleBatch, torch.Tensor, int]:
 
 
 @pytest.mark.parametrize(("K", "k"), [(2, 1), (3, 2), (5, 1), (5, 4)])
-def test_freq_clip_recomputed_sensitivity_grows_with_k_and_k_neg(K: int, k: int) -> None:
+def test_paper_alg1_sensitivity_grows_with_k_and_k_neg(K: int, k: int) -> None:
     batch, signs, z = star_counterexample(K, k)
     # The batch is one NEG-SAMPLE-WOR can draw: its positives form a graph of max degree ≤ K
     # (so capping keeps them all and γ = 1 samples them all), its negatives are distinct.
@@ -294,24 +349,34 @@ def test_freq_clip_recomputed_sensitivity_grows_with_k_and_k_neg(K: int, k: int)
     fresh[:, 0] = 1e6
     nb = neighbour(batch, grads, 0, z, fresh)
     assert (int(nb.removed.sum()), int(nb.replaced.sum())) == (K, 1)
-    clip = FreqClipper(FreqClipper.Params(clip_norm=C))
-    delta = float((clipped(clip, batch, grads).sum(0) - clipped(clip, nb.other, nb.other_grads).sum(0)).norm())
+
+    def move(clip) -> float:  # noqa: ANN001
+        return float((clipped(clip, batch, grads).sum(0) - clipped(clip, nb.other, nb.other_grads).sum(0)).norm())
+
+    delta = move(PaperAlg1(C))  # UNSCALED Alg. 1, as published
     assert delta == pytest.approx(C * (1 + K * (1 + k) / 4))
-    assert delta <= C / 4 * (5 + K * (1 + k)) + SLACK  # the proved bound, for |R| = K, |N| = 1
+    assert delta <= sensitivity_bound(K, k) * C + SLACK  # the proved bound, for |R| = K, |N| = 1
     # For K = 5, k_neg = 4 it even exceeds standard clipping's worst case (K + 2)·C.
     if (K, k) == (5, 4):
         assert delta > (K + 2) * C
+    # The product's FREQ-CLIP, bound for (K, k): the same batch moves it by κ·delta < C.
+    bound = bound_freq_clip(K, k)
+    assert move(bound) == pytest.approx(C * (4 + K * (1 + k)) / (5 + K * (1 + k)))
+    assert move(bound) <= C + SLACK
 
 
-def test_freq_clip_with_replacement_negatives_exceeds_c() -> None:
+def test_paper_alg1_with_replacement_negatives_exceeds_c() -> None:
     # u* the negative of several tuples: |B⁻(u*)| > 1, so even Prop. 4.1's own bound
-    # (1 + |B⁻(u*)|)·C/2 exceeds C. This is why (coupled_poisson_wr, freq_clip) is refused.
+    # (1 + |B⁻(u*)|)·C/2 exceeds C. This is why (coupled_poisson_wr, freq_clip) is refused,
+    # by the accountant and by FreqClipper.bind.
     graph = make_graph(200, [(2 * i, 2 * i + 1) for i in range(100)])
     sampler = PoissonWithReplacementNegSampler(
         PoissonWithReplacementNegSampler.Params(batch_size=50, k_neg=1, degree_cap=1))
-    clip = FreqClipper(FreqClipper.Params(clip_norm=C))
+    clip = PaperAlg1(C)
     g = gen(0)
-    sampler.prepare(graph, g)
+    profile = sampler.prepare(graph, g)
+    with pytest.raises(ProfileMismatchError, match="NEG-SAMPLE-WOR.*coupled_poisson_wr"):
+        FreqClipper(FreqClipper.Params(clip_norm=C)).bind(profile)
     worst_frozen = 0.0
     for _ in range(60):
         batch = sampler.sample(g)
@@ -328,6 +393,100 @@ def test_freq_clip_with_replacement_negatives_exceeds_c() -> None:
             frozen = g_b[nb.replaced].sum(0) - g_o[nb.replaced_in_other].sum(0)
             worst_frozen = max(worst_frozen, float(frozen.norm()))
     assert worst_frozen >= 1.5 * C
+
+
+# ------------------------------------------------------------------------------ FREQ-CLIP as shipped (C·κ)
+
+
+def adversarial_neighbours(batch: TupleBatch, u: int, z: int) -> tuple[Neighbours, float]:
+    """B′ for (u, z) with the gradients maximising ‖Δ‖ for any norm (Alg. 1 at any C), and that max at C.
+
+    All gradients along one axis with norm 10⁶ (every threshold active): a tuple of B₀ moves
+    by tᵢ − t′ᵢ, so its sign is chosen to point the same way as the removed tuples (−tᵢ, sign
+    −1) and the replaced ones (−t′ᵢ, sign +1). Then ‖Δ‖ = Σ_{R∪N} t + Σ_{N′} t′ + Σ_{B₀} |t − t′|,
+    the triangle-inequality maximum over all gradients; returned for Alg. 1 at norm C.
+    """
+    probe = neighbour(batch, torch.zeros(batch.size, DIM), u, z, torch.zeros(batch.size, DIM))
+    t = C / (2 * torch.tensor(naive_max_freq(batch), dtype=torch.float64))
+    t_other = torch.zeros(batch.size, dtype=torch.float64)
+    t_other[~probe.removed] = C / (2 * torch.tensor(naive_max_freq(probe.other), dtype=torch.float64))
+    b0 = ~(probe.removed | probe.replaced)
+    sign = torch.where(b0 & (t_other < t), -1.0, 1.0).to(torch.float64)
+    sign[probe.removed | probe.replaced] = -1.0
+    grads = torch.zeros(batch.size, DIM, dtype=torch.float64)
+    grads[:, 0] = 1e6 * sign
+    fresh = torch.zeros(batch.size, DIM, dtype=torch.float64)
+    fresh[:, 0] = 1e6
+    sup = float(t[probe.removed | probe.replaced].sum() + t_other[probe.replaced].sum()
+                + (t - t_other)[b0].abs().sum())
+    return neighbour(batch, grads, u, z, fresh), sup
+
+
+@settings(max_examples=150, deadline=None)
+@given(drawn=sampled_batch(PoissonWORSampler), data=st.data())
+def test_bound_freq_clip_sensitivity_at_most_c(drawn: tuple[TupleBatch, SamplingProfile], data: st.DataObject) -> None:
+    # Every node u* of a batch the real WOR sampler drew, worst-case gradients, frequencies
+    # recomputed on B and on B′: the product's FreqClipper (bound to the sampler's profile)
+    # moves its clipped sum by at most C.
+    batch, profile = drawn
+    clip = FreqClipper(FreqClipper.Params(clip_norm=C))
+    clip.bind(profile)
+    K, k = profile.degree_cap, profile.k_neg
+    assert clip.kappa == pytest.approx(4 / (5 + K * (1 + k))) and clip.profile.clip_norm == C
+    paper = PaperAlg1(C)
+    scaled = PaperAlg1(C * clip.kappa)
+    worst = 0.0
+    for u in sorted({x for x in batch.entities().reshape(-1).tolist() if x >= 0}):
+        z = data.draw(st.sampled_from(replacements(batch, u, profile.num_nodes)))
+        nb, sup = adversarial_neighbours(batch, u, z)
+        R, N = int(nb.removed.sum()), int(nb.replaced.sum())
+        assert R <= K and N <= 1
+        for bb, gg in ((batch, nb.grads), (nb.other, nb.other_grads)):  # C·κ in Alg. 1's threshold
+            assert torch.allclose(clip.factors(bb, gg.norm(dim=1)), scaled.factors(bb, gg.norm(dim=1)), rtol=1e-12)
+
+        def move(c, nb=nb) -> float:  # noqa: ANN001
+            return float((clipped(c, nb.batch, nb.grads).sum(0) - clipped(c, nb.other, nb.other_grads).sum(0)).norm())
+
+        # The adversary attains the maximum, which obeys the proved bound; κ scales it to ≤ C.
+        assert move(paper) == pytest.approx(sup, rel=1e-9)
+        assert sup <= C / 4 * (2 + 3 * N + R * (1 + k)) + SLACK
+        assert move(clip) == pytest.approx(clip.kappa * sup, rel=1e-9)
+        assert move(clip) <= C + SLACK
+        worst = max(worst, move(clip))
+        # Random gradients (norms 0.1·C … 1000·C, random directions) stay below the maximum.
+        rnd = neighbour(batch, gradients(batch.size, u, False), u, z, gradients(batch.size, u + 1, False))
+        assert move(clip, rnd) <= clip.kappa * sup + SLACK
+    target(worst / C, label="max ||delta|| / C of the bound FreqClipper")  # steer towards the worst batches
+
+
+def test_bound_freq_clip_bind() -> None:
+    clip = FreqClipper(FreqClipper.Params(clip_norm=2.0))
+    batch = TupleBatch(torch.tensor([[0, 1], [1, 2]]), torch.tensor([[3], [4]]), torch.tensor([[0], [1]]))
+    norms = torch.tensor([100.0, 100.0], dtype=torch.float64)
+    with pytest.raises(PrivacyError, match="not bound.*bind"):
+        clip.factors(batch, norms)
+    with pytest.raises(PrivacyError, match="not bound"):
+        _ = clip.kappa
+    clip.bind(wor_profile(5, 4))
+    assert clip.kappa == pytest.approx(4 / 30) and sensitivity_bound(5, 4) == 7.5
+    # freq(1) = 2: both tuples clipped to C·κ / 4.
+    assert clip.factors(batch, norms).tolist() == pytest.approx([2.0 * 4 / 30 / 4 / 100] * 2)
+    assert clip.profile.clip_norm == 2.0  # the noise stays σ·C
+    clip.bind(wor_profile(1, 0))  # re-binding recalibrates
+    assert clip.kappa == pytest.approx(4 / 6)
+    with pytest.raises(PrivacyError, match="k_neg=0.*k_neg=1"):
+        clip.factors(batch, norms)
+    for K in (None, 0, -1, 1.5, True):
+        with pytest.raises(PrivacyError, match="degree cap K"):
+            clip.bind(wor_profile(K, 1))  # type: ignore[arg-type]
+    with pytest.raises(PrivacyError, match="k_neg"):
+        clip.bind(wor_profile(2, -1))
+    for kind in set(SamplingKind) - {SamplingKind.COUPLED_POISSON_WOR}:
+        with pytest.raises(ProfileMismatchError, match=kind.value):
+            clip.bind(SamplingProfile(kind, rate=1.0, num_records=1, num_nodes=1, degree_cap=2, k_neg=1))
+    # The default Clipper.bind is a no-op.
+    for other in (StandardNodeClipper(StandardNodeClipper.Params()), NoClip(NoClip.Params())):
+        assert other.bind(wor_profile(2, 1)) is None
 
 
 # ------------------------------------------------------------------------------ standard clipping

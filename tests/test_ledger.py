@@ -176,6 +176,24 @@ def test_release_records_a_larger_spend_and_withholds_past_budget(tmp_path: Path
             ledger.release(res, way_more)
 
 
+def test_a_larger_spend_behind_a_newer_reservation_is_withheld(tmp_path: Path) -> None:
+    with PrivacyLedger(tmp_path / "l.sqlite") as ledger:
+        first = ledger.reserve(PoissonGaussianRdp(RATE), noise_multiplier=1.0, steps=5, delta=DELTA, budget=9.0)
+        second = ledger.reserve(PoissonGaussianRdp(RATE), noise_multiplier=1.0, steps=5, delta=DELTA, budget=9.0)
+        ran_more = PoissonGaussianRdp(RATE)
+        ran_more.step(noise_multiplier=1.0, num_steps=7)
+        with pytest.raises(BudgetExhaustedError, match="withheld"):
+            ledger.release(first, ran_more)
+        assert ledger.withhold(first, "again").status == "withheld"  # idempotent
+        running = PoissonGaussianRdp(RATE)
+        second.apply_prior(running)
+        running.step(noise_multiplier=1.0, num_steps=5)
+        assert ledger.release(second, running).status == "released"
+        assert ledger.spent_epsilon() == pytest.approx(dp_accounting_epsilon([(1.0, RATE, 10)], DELTA))
+        with pytest.raises(LedgerError, match="released, not reserved"):
+            ledger.withhold(second, "too late")
+
+
 def test_mismatched_mechanism_delta_or_site_is_refused(tmp_path: Path) -> None:
     with PrivacyLedger(tmp_path / "l.sqlite") as ledger:
         _round(ledger, 2, 1.0, budget=5.0, site="a")

@@ -116,6 +116,36 @@ def test_lora_sum_equals_plain_backward(lora_encoder):
         torch.testing.assert_close(p.grad, w, rtol=1e-4, atol=1e-7)
 
 
+def test_lora_dropout_keeps_the_decomposition():
+    """LoRA dropout (train mode) draws per-token masks: compare on the SAME forward graph."""
+    from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
+
+    enc = HfLoraEncoder(HfLoraParams(model="tiny-bert", max_length=8, lora_dropout=0.5, seed=4))
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in enc.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    texts = [f"text number {i} " + "x " * i for i in range(8)]
+    enc.prepare(RelationalGraph("d", [str(i) for i in range(8)], torch.zeros(0, 2, dtype=torch.long), texts=texts))
+    enc.train()
+    torch.manual_seed(0)
+    params, b = list(enc.trainable_parameters()), 3
+    ids = torch.randint(0, 8, (b, 4))
+    with torch.no_grad():  # dropout is really active
+        assert not torch.equal(enc.embed(ids[0]), enc.embed(ids[0]))
+    engine = PerTupleGrad(enc)
+    with engine.record(num_groups=b):
+        emb = enc.embed(ids.reshape(-1)).reshape(b, 4, -1)
+    losses = tuple_losses(emb, torch.tensor([[0, 1]] * b), torch.ones(b, 2, dtype=torch.bool), kind="infonce")
+    ref = [torch.autograd.grad(losses[i], params, retain_graph=True) for i in range(b)]
+    norms = engine.compute(losses.sum())
+    want = torch.stack([torch.sqrt(sum(g.pow(2).sum() for g in gs)) for gs in ref])
+    torch.testing.assert_close(norms, want, rtol=1e-4, atol=1e-6)
+    engine.accumulate(torch.tensor([1.0, 0.5, 0.0]))
+    for j, p in enumerate(params):
+        torch.testing.assert_close(p.grad, ref[0][j] + 0.5 * ref[1][j], rtol=1e-4, atol=1e-7)
+
+
 # ---------------------------------------------------------------------------------------------
 # toy models: trainable embedding + linear (shared across two calls), plain linear
 # ---------------------------------------------------------------------------------------------

@@ -26,7 +26,9 @@ Only ``nn.Linear`` (weight, bias; including peft's ``lora_A``/``lora_B``) and ``
 (weight) may own trainable parameters; anything else is refused naming the module.
 
 Grouping: every recorded activation has the sequence (entity occurrence) index on dim 0, and
-tuple ``i`` owns the consecutive sequences ``[i·s, (i+1)·s)`` with ``s = N / num_groups``.
+in each module call tuple ``i`` owns the consecutive rows ``[i·s, (i+1)·s)`` with
+``s = N / num_groups`` (so one call over all ``b·(2+k)`` occurrences, tuple-major, or e.g. one
+call for the positives and one for the negatives, each tuple-major, both work).
 The decomposition is exact only if sequences never mix along dim 0 (no batch norm, no
 cross-sequence attention) and each tuple's loss depends only on its own sequences.
 

@@ -19,18 +19,23 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from graphveil.components import Accountant
 from graphveil.errors import PrivacyError
-from graphveil.privacy.conversion import DEFAULT_ORDERS, rdp_to_epsilon, validate_delta, validate_orders
+from graphveil.privacy.conversion import (
+    DEFAULT_ORDERS,
+    rdp_to_epsilon,
+    validate_delta,
+    validate_orders,
+)
 
 
 def check_noise_multiplier(sigma: Any) -> float:
     """σ as a float; :class:`PrivacyError` unless it is a finite number > 0."""
-    try:
-        value = float(sigma)
-    except (TypeError, ValueError):
-        raise PrivacyError(f"noise multiplier must be a finite number > 0, got {sigma!r}") from None
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.integer, np.floating)):
+        raise PrivacyError(f"noise multiplier must be a finite number > 0, got {sigma!r}")
+    value = float(sigma)
     if not (value > 0 and math.isfinite(value)):
         raise PrivacyError(f"noise multiplier must be a finite number > 0, got {sigma!r}")
     return value
@@ -84,12 +89,30 @@ def bisect_sigma(epsilon_at: Callable[[float], float], target_epsilon: float, *,
     return hi
 
 
+class RdpParams(BaseModel):
+    """Options of an RDP accountant: the order grid."""
+
+    model_config = ConfigDict(extra="forbid")
+    orders: list[float] | None = Field(
+        None, description="RDP orders α > 1 (default: graphveil.privacy.DEFAULT_ORDERS, 159 orders up to 256)."
+    )
+
+    @field_validator("orders")
+    @classmethod
+    def _orders(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and (not v or not all(math.isfinite(a) and a > 1 for a in v)):
+            raise ValueError("must be a non-empty list of finite numbers > 1")
+        return v
+
+
 class RdpAccountantBase(Accountant):
     """Generic RDP accountant: history of (σ, steps), composition, Thm D.1 conversion.
 
     :param params: an instance of the subclass' ``Params`` model; an ``orders`` field, if
         present and not ``None``, replaces :data:`~graphveil.privacy.conversion.DEFAULT_ORDERS`.
     """
+
+    Params: ClassVar[type[BaseModel]] = RdpParams
 
     #: σ range searched by :meth:`calibrate`.
     SIGMA_RANGE: ClassVar[tuple[float, float]] = (0.05, 1000.0)

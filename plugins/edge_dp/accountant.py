@@ -7,11 +7,16 @@ from typing import Any, ClassVar
 
 import dp_accounting
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from graphveil.errors import PrivacyError, ProfileMismatchError
-from graphveil.privacy import RdpAccountantBase
-from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind, SensitivityProfile
+from graphveil.privacy import RdpAccountantBase, RdpParams
+from graphveil.profiles import (
+    PrivacyUnit,
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
 
 
 class EdgeRdpAccountant(RdpAccountantBase):
@@ -22,12 +27,7 @@ class EdgeRdpAccountant(RdpAccountantBase):
     sensitivity C; its RDP comes from ``dp_accounting.rdp.RdpAccountant`` (Mironov et al. 2019).
     """
 
-    class Params(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        orders: list[float] | None = Field(
-            None, description="RDP orders α > 1 (default: graphveil.privacy.DEFAULT_ORDERS)."
-        )
-
+    Params = RdpParams
     mechanism: ClassVar[str] = "edge_rdp"
     unit: ClassVar[PrivacyUnit] = PrivacyUnit.EDGE
     supports: ClassVar[frozenset[tuple[SamplingKind, SensitivityKind]]] = frozenset({

@@ -6,17 +6,30 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from graphveil.errors import PrivacyError, ProfileMismatchError
 from graphveil.plugins.entity_dp.coupled_rdp import thm3_rdp, thmc1_rdp
-from graphveil.privacy import RdpAccountantBase
-from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind, SensitivityProfile
+from graphveil.privacy import RdpAccountantBase, RdpParams
+from graphveil.profiles import (
+    PrivacyUnit,
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
 
 _THEOREMS = {
     SensitivityKind.FREQ_CLIP_NODE: ("Thm 3, Eq. (3)", thm3_rdp),
     SensitivityKind.STANDARD_TUPLE_NODE: ("Thm C.1, Eq. (47)", thmc1_rdp),
 }
+
+
+def _count(name: str, value: object, minimum: int) -> int:
+    """``value`` as an int ≥ ``minimum`` (integral floats accepted), else :class:`PrivacyError`."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or int(value) != value or value < minimum:  # type: ignore[arg-type]
+        raise PrivacyError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)  # type: ignore[arg-type]
 
 
 class CoupledRdpAccountant(RdpAccountantBase):
@@ -27,12 +40,7 @@ class CoupledRdpAccountant(RdpAccountantBase):
     The numbers (γ, m, n, K, k_neg) come from the sampler's profile after degree capping.
     """
 
-    class Params(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        orders: list[float] | None = Field(
-            None, description="RDP orders α > 1 (default: graphveil.privacy.DEFAULT_ORDERS)."
-        )
-
+    Params = RdpParams
     mechanism: ClassVar[str] = "coupled_rdp"
     unit: ClassVar[PrivacyUnit] = PrivacyUnit.NODE
     supports: ClassVar[frozenset[tuple[SamplingKind, SensitivityKind]]] = frozenset({
@@ -43,6 +51,7 @@ class CoupledRdpAccountant(RdpAccountantBase):
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
         self._numbers: dict[str, Any] | None = None
+        self._analysis: SensitivityKind | None = None
 
     def bind(self, sampling: SamplingProfile, sensitivity: SensitivityProfile) -> None:
         """Check the pair and the numbers; choose Thm 3 (FREQ-CLIP) or Thm C.1 (standard clipping).
@@ -59,16 +68,14 @@ class CoupledRdpAccountant(RdpAccountantBase):
             )
         gamma, m, n, K, k_neg = (sampling.rate, sampling.num_records, sampling.num_nodes,
                                  sampling.degree_cap, sampling.k_neg)
-        if K is None or isinstance(K, bool) or int(K) != K or K < 1:
-            raise PrivacyError(f"coupled accounting needs a degree cap K >= 1, got K={K!r}")
-        if isinstance(k_neg, bool) or int(k_neg) != k_neg or k_neg < 0:
-            raise PrivacyError(f"k_neg must be an integer >= 0, got {k_neg!r}")
-        if not (isinstance(gamma, (int, float)) and 0 < gamma <= 1):
+        if K is None:
+            raise PrivacyError("coupled accounting needs a degree cap K >= 1, got none (degree_cap=None)")
+        K = _count("degree cap K", K, 1)
+        k_neg = _count("k_neg", k_neg, 0)
+        m = _count("number of records m", m, 1)
+        n = _count("number of nodes n", n, 1)
+        if not (isinstance(gamma, (int, float, np.floating)) and 0 < gamma <= 1):
             raise PrivacyError(f"sampling rate gamma must be in (0, 1], got {gamma!r}")
-        if int(m) != m or m < 1:
-            raise PrivacyError(f"number of records m must be an integer >= 1, got {m!r}")
-        if int(n) != n or n < 1:
-            raise PrivacyError(f"number of nodes n must be an integer >= 1, got {n!r}")
         if k_neg * gamma * m > n:
             raise PrivacyError(
                 f"k_neg*gamma*m = {k_neg}*{gamma:g}*{m} = {k_neg * gamma * m:g} exceeds n = {n}: "
@@ -85,7 +92,7 @@ class CoupledRdpAccountant(RdpAccountantBase):
         })
 
     def per_step_rdp(self, noise_multiplier: float) -> np.ndarray:
-        if self._numbers is None:
+        if self._numbers is None or self._analysis is None:
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
         _, analysis = _THEOREMS[self._analysis]
         return analysis(self.orders, sigma=noise_multiplier, **self._numbers)

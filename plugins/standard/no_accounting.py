@@ -9,7 +9,13 @@ from typing import Any, ClassVar
 from graphveil.components import Accountant, NoParams
 from graphveil.errors import PrivacyError, ProfileMismatchError
 from graphveil.privacy import check_steps, validate_delta
-from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind, SensitivityProfile
+from graphveil.profiles import (
+    PrivacyUnit,
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
 
 
 class NoAccountant(Accountant):
