@@ -12,7 +12,8 @@ batches of tuples for every mode. Modes:
 
 Time: ONE subprocess runs the three modes interleaved step by step (order rotated), so load from
 other processes on the machine hits them alike; reported are the median and minimum wall time
-and the median process CPU time per step, each as a ratio to the non-private step.
+and the median process CPU time per step, and the median over steps of the PAIRED ratio to the
+non-private step on the same batch (robust to load that drifts during the run).
 Memory: each mode alone in a fresh subprocess; the kernel's peak resident set (VmHWM from
 /proc/self/status) during the timed steps only — the peak is reset by writing 5 to
 /proc/self/clear_refs after setup — and its increase over the RSS when the steps started.
@@ -163,11 +164,24 @@ def worker(args: argparse.Namespace) -> dict:
             steps[mode](batch)
             wall[mode].append(time.perf_counter() - t0)
             cpu[mode].append(time.process_time() - c0)
+    base = modes[0]
+
+    def paired(series: dict[str, list[float]], m: str) -> float:
+        """Median over steps of this mode's time / the first mode's time on the same batch."""
+        return statistics.median(x / y for x, y in zip(series[m], series[base], strict=True))
+
     return {
         "times": {
-            m: {"median_s": statistics.median(wall[m]), "min_s": min(wall[m]), "cpu_median_s": statistics.median(cpu[m])}
+            m: {
+                "median_s": statistics.median(wall[m]),
+                "min_s": min(wall[m]),
+                "cpu_median_s": statistics.median(cpu[m]),
+                "paired_ratio": paired(wall, m),
+                "paired_cpu_ratio": paired(cpu, m),
+            }
             for m in modes
         },
+        "loadavg": os.getloadavg(),
         "rss_start_mb": rss_start,
         "peak_rss_mb": _rss_mb("VmHWM"),
         "peak_is_step_only": exact_peak,
@@ -207,18 +221,17 @@ def main() -> None:
     t = timing["times"]
     print(f"model={args.model} b={args.batch} k_neg={args.k_neg} sequences/step={args.batch * (2 + args.k_neg)} "
           f"threads={args.threads} trainable params={timing['trainable_params']} timed steps={args.steps}")
-    base = t["nonprivate"]
-    print(f"{'mode':<11} {'wall med s':>10} {'x':>5} {'wall min s':>10} {'x':>5} {'cpu med s':>9} {'x':>5} "
-          f"{'peak RSS MB':>11} {'+MB':>5}")
+    print(f"{'mode':<11} {'wall med s':>10} {'paired x':>9} {'cpu med s':>9} {'paired x':>9} "
+          f"{'wall min s':>10} {'peak RSS MB':>11} {'+MB':>5}")
     for mode in MODES:
         r, m = t[mode], memory[mode]
-        print(f"{mode:<11} {r['median_s']:>10.3f} {r['median_s'] / base['median_s']:>5.2f} {r['min_s']:>10.3f} "
-              f"{r['min_s'] / base['min_s']:>5.2f} {r['cpu_median_s']:>9.3f} "
-              f"{r['cpu_median_s'] / base['cpu_median_s']:>5.2f} {m['peak_rss_mb']:>11.0f} "
+        print(f"{mode:<11} {r['median_s']:>10.3f} {r['paired_ratio']:>9.2f} {r['cpu_median_s']:>9.3f} "
+              f"{r['paired_cpu_ratio']:>9.2f} {r['min_s']:>10.3f} {m['peak_rss_mb']:>11.0f} "
               f"{m['peak_rss_mb'] - m['rss_start_mb']:>5.0f}")
-    print("x: ratio to the non-private step (same process, steps interleaved, order rotated); cpu: process "
-          "CPU time (robust to other load on the machine). peak RSS: VmHWM during the timed steps of that "
-          "mode alone in a fresh process; +MB: over the RSS when the steps started.")
+    print("paired x: median over steps of (this mode's time / the non-private step's time on the same batch, "
+          "run back to back in one process, order rotated); cpu: process CPU time. peak RSS: VmHWM during "
+          "the timed steps of that mode alone in a fresh process; +MB: over the RSS when the steps "
+          f"started. 1-min load average at the end of timing: {timing['loadavg'][0]:.1f} on {os.cpu_count()} CPUs.")
     if not all(m["peak_is_step_only"] for m in memory.values()):
         print("note: /proc/self/clear_refs not writable; peak RSS includes setup")
     if args.json:

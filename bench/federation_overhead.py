@@ -10,7 +10,8 @@ Each site holds a third of the bundled CiteSeer text graph. Three measurements o
                   fresh ClientApp process, replies, aggregation), from the server's round log;
 * ``local-fresh`` the same site work without Flower: three fresh Python processes, started
                   together, each doing what a ClientApp does (import, load and prepare the
-                  site's graph, the local DP steps, held-out evaluation) — wall time, best of 3;
+                  site's graph, the local DP steps, held-out evaluation) — wall time, best of
+                  two tries before and two after the federation;
 * ``train-only``  the local DP steps alone, in a warm single-threaded process, summed over the
                   three sites (best of 2 each).
 
@@ -121,18 +122,23 @@ def main(argv: list[str] | None = None) -> int:
             best = min(best, time.perf_counter() - started)
         train_only += best
 
-    # local-fresh: three fresh processes at once, each one site's round without Flower (best of 3)
+    # local-fresh: three fresh processes at once, each one site's round without Flower; measured
+    # before and after the federation (the machine's load drifts), best of all tries.
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    fresh = []
-    for _ in range(3):
-        started = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, __file__, "--local-round", str(configs[n]),
-                                   json.dumps(run_config), str(args.local_steps)], env=env) for n in sites]
-        codes = [p.wait() for p in procs]
-        if any(codes):
-            raise SystemExit(f"local round failed: exit codes {codes}")
-        fresh.append(time.perf_counter() - started)
-    local_fresh = min(fresh)
+    fresh: list[float] = []
+
+    def local_rounds(tries: int) -> None:
+        for _ in range(tries):
+            started = time.perf_counter()
+            procs = [subprocess.Popen([sys.executable, __file__, "--local-round", str(configs[n]),
+                                       json.dumps(run_config), str(args.local_steps)], env=env) for n in sites]
+            codes = [p.wait() for p in procs]
+            if any(codes):
+                raise SystemExit(f"local round failed: exit codes {codes}")
+            fresh.append(time.perf_counter() - started)
+
+    load_before = os.getloadavg()[0]
+    local_rounds(2)
 
     with LoopbackFederation(root / "federation") as loop:
         loop.env["OMP_NUM_THREADS"] = "1"
@@ -143,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
             loop.start_site(name, configs[name])
         loop.wait_online(len(sites))
         run_dir, total, _ = loop.run(overrides)
+    local_rounds(2)
+    local_fresh = min(fresh)
+    load_after = os.getloadavg()[0]
     rounds = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
     per_round = [r["seconds"] for r in rounds]
     federated = statistics.median(per_round)
@@ -154,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         "train_only_seconds_all_sites": train_only,
         "overhead_share_vs_local_fresh": 1 - local_fresh / federated,
         "overhead_share_vs_train_only": 1 - train_only / federated,
+        "load_average_before_after": [load_before, load_after],
     }
     (root / "federation_overhead.json").write_text(json.dumps(result, indent=2))
     print(f"three-site loopback federation, {args.model}, {args.local_steps} local steps per round "
@@ -164,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  overhead share vs local round   {result['overhead_share_vs_local_fresh']:7.1%}")
     print(f"  overhead share vs steps only    {result['overhead_share_vs_train_only']:7.1%}")
     print(f"  whole run (flwr run → finished) {total:7.2f} s")
+    print(f"  1-min load average before/after {load_before:.1f} / {load_after:.1f} (2 cores)")
     print(f"results: {root / 'federation_overhead.json'}")
     return 0
 

@@ -131,6 +131,8 @@ def run_privacy(args: argparse.Namespace, host: Any) -> int:
         accountant.step(noise_multiplier=sigma, num_steps=args.steps)
     report = accountant.report(delta)
     out.update(report)
+    if not args.steps and hasattr(accountant, "rdp_curve"):  # no steps: still show the per-step curve at σ
+        out["rdp"] = [[float(a), float(v)] for a, v in zip(accountant.orders, accountant.rdp_curve(sigma), strict=True)]
     out["sigma"] = sigma
     if args.json:
         print(json.dumps(out))

@@ -28,7 +28,13 @@ from graphveil.plugins.entity_dp import coupled_rdp as C
 from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant
 from graphveil.plugins.entity_dp.coupled_rdp import thm3_rdp, thmc1_rdp
 from graphveil.privacy import DEFAULT_ORDERS, rdp_to_epsilon
-from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind, SensitivityProfile
+from graphveil.profiles import (
+    PrivacyUnit,
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
 
 ORDERS = np.asarray(DEFAULT_ORDERS)
 SOME = np.array([1.1, 1.5, 2.0, 2.7, 4.0, 6.3, 10.0, 24.0, 64.0, 256.0])
@@ -210,6 +216,18 @@ def test_c1_dominates_thm3(log_gamma: float, K: int, k_neg: int, sigma: float) -
     assert (c1 >= t3 * (1 - 1e-9)).all()  # equal when K = 1 and k_neg = 0
     if K > 1 or k_neg > 0:
         assert (c1 > t3).all()
+
+
+def test_c1_takes_the_larger_of_both_directions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eq. (47) is a max over Ψ(P‖Q) and Ψ(Q‖P); make the second one dominate and watch ε follow."""
+    numbers = dict(sigma=1.0, gamma=1e-3, m=20_000, n=5_000, K=3, k_neg=2)
+    orders = np.array([1.5, 3.0, 7.5])
+    base = thmc1_rdp(orders, **numbers)
+    real = C.log_psi_excess_quad
+    monkeypatch.setattr(C, "log_psi_excess_quad", lambda b, w, s: real(b, w, s) + (600.0 if b <= 0 else 0.0))
+    boosted = thmc1_rdp(orders, **numbers)
+    assert (boosted > base).all()
+    assert (boosted > 500 / (orders - 1)).all()  # log E e^{600 + log(Ψ−1)} with log(Ψ−1) > −100
 
 
 @pytest.mark.parametrize("fn", [thm3_rdp, thmc1_rdp])

@@ -14,7 +14,13 @@ from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
 from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant
 from graphveil.plugins.standard.no_accounting import NoAccountant
 from graphveil.privacy import DEFAULT_ORDERS, rdp_to_epsilon
-from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind, SensitivityProfile
+from graphveil.profiles import (
+    PrivacyUnit,
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
 
 EDGE = SensitivityProfile(SensitivityKind.PER_TUPLE_EDGE, PrivacyUnit.EDGE, 1.0)
 

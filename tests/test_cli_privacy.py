@@ -87,6 +87,12 @@ def test_edge_epsilon_matches_dp_accounting(host: PluginHost, capsys: pytest.Cap
     assert out["mechanism"] == "edge_rdp"
 
 
+def test_zero_steps_spend_nothing_but_show_the_curve(host: PluginHost, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, host, "epsilon", "--method", "entity", *SMALL, "--sigma", "1.5", "--steps", "0")
+    assert out["epsilon"] == 0.0 and out["steps"] == 0
+    np.testing.assert_allclose([v for _, v in out["rdp"]], thm3_rdp(ORDERS, 1.5, 1e-3, 20_000, 5_000, 3, 2))
+
+
 def test_human_table(host: PluginHost, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["privacy", "epsilon", "--method", "edge", "--sampling-rate", "0.01", "--sigma", "1",
                  "--steps", "10", "--edges", "1000"], host=host) == 0

@@ -85,8 +85,10 @@ DEFAULT_MAX_NODES = 256
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _MAX_REFINE = 12
 _CHUNK_ELEMENTS = 3_000_000
-#: initial quadrature step in t = x/σ is this times σ / (largest − smallest mean); refined as needed.
-_STEP_PER_SIGMA = 2.0
+#: first quadrature step in t = x/σ for P‖Q, and the floor of σ/(mean span) used for Q‖P; the step is
+#: then halved per row until the h and 2h sums agree. Tuned on the paper's setting for σ ∈ [0.1, 8].
+_FIRST_STEP = 0.3
+_FIRST_STEP_REVERSE = 0.07
 #: below log Ψ = this, Ψ − 1 is summed directly rather than taken from log Ψ.
 _DIRECT_BELOW = 0.5
 #: closed-form columns this far (in nats) below a larger-s column are dropped.
@@ -227,32 +229,39 @@ def binomial_nodes(m: int, gamma: float, n: int, k_neg: int, *,
 
 
 # ------------------------------------------------------------------ Ψ for lattice mixtures
-def _log_ratio(t: np.ndarray, log_w: np.ndarray, sigma: float, *, precise: bool) -> np.ndarray:
-    """log P/Q at t = x/σ (rows × points) for P = Σ_μ w_μ N(μ, σ²), μ = column index of log_w.
-
-    ``precise``: where |P/Q − 1| < 1/2 use log1p(Σ_{μ≥1} w_μ expm1(μt/σ − μ²/(2σ²))), which keeps
-    log(P/Q) relatively exact near 0 (the weight of μ = 0 is implicitly one minus the others).
-    """
-    mus = range(log_w.shape[1])
-    expo = [(t * (mu / sigma) - mu**2 / (2.0 * sigma**2)) for mu in mus]
-    terms = [log_w[:, mu, None] + expo[mu] for mu in mus]
-    peak = terms[0].copy()
-    for x in terms[1:]:
+def _log_ratio(t: np.ndarray, log_w: np.ndarray, sigma: float) -> np.ndarray:
+    """log P/Q at t = x/σ (rows × points) for P = Σ_μ w_μ N(μ, σ²), μ = column index of log_w:
+    log Σ_μ exp(log w_μ + μt/σ − μ²/(2σ²))."""
+    slope = t / sigma
+    parts = []
+    peak = np.full_like(t, -np.inf)
+    for mu in range(log_w.shape[1]):
+        x = slope * mu
+        x += (log_w[:, mu] - mu**2 / (2.0 * sigma**2))[:, None]
         np.maximum(peak, x, out=peak)
-    peak = np.where(np.isfinite(peak), peak, 0.0)
-    total = np.zeros_like(peak)
-    for x in terms:
-        total += np.exp(x - peak)
-    log_r = np.log(total) + peak
-    if precise:
-        d = np.zeros_like(t)
-        with np.errstate(over="ignore", invalid="ignore"):
-            for mu in mus:
-                if mu:
-                    d += np.exp(log_w[:, mu, None]) * np.expm1(np.minimum(expo[mu], 700.0))
-        near = np.abs(d) < 0.5
-        log_r = np.where(near, np.log1p(np.where(near, d, 0.0)), log_r)
-    return log_r
+        parts.append(x)
+    total = np.zeros_like(t)
+    for x in parts:
+        x -= peak
+        np.exp(x, out=x)
+        total += x
+    return np.log(total, out=total) + peak
+
+
+def _ratio_minus_one(t: np.ndarray, log_w: np.ndarray, sigma: float) -> np.ndarray:
+    """P/Q − 1 = Σ_{μ≥1} w_μ expm1(μt/σ − μ²/(2σ²)), exact near 0 (the weight of μ = 0 is
+    implicitly one minus the others); overflows to a huge value, never to inf·0."""
+    slope = t / sigma
+    out = np.zeros_like(t)
+    w = np.exp(log_w)
+    for mu in range(1, log_w.shape[1]):
+        x = slope * mu
+        x -= mu**2 / (2.0 * sigma**2)
+        np.minimum(x, 700.0, out=x)
+        np.expm1(x, out=x)
+        x *= w[:, mu, None]
+        out += x
+    return out
 
 
 def _envelope(beta: float, log_w: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:
@@ -291,7 +300,7 @@ def _band(beta: float, log_w: np.ndarray, sigma: float, lo: np.ndarray, hi: np.n
     step = (hi - lo) / (count - 1)
     t = lo[:, None] + (hi - lo)[:, None] * u
     log_phi = -0.5 * t**2 - _LOG_SQRT_2PI
-    g = log_phi + beta * _log_ratio(t, log_w, sigma, precise=False)
+    g = log_phi + beta * _log_ratio(t, log_w, sigma)
     s = np.maximum(g, log_phi)
     hit = s >= s.max(axis=1, keepdims=True) - BAND_NATS - 0.5
     first = np.argmax(hit, axis=1)
@@ -312,14 +321,17 @@ def _trapezoid(beta: float, log_w: np.ndarray, sigma: float, a: np.ndarray, b: n
     step = (b - a) / (count - 1)
     t = a[:, None] + (b - a)[:, None] * u
     log_phi = -0.5 * t**2 - _LOG_SQRT_2PI
-    log_f = log_phi + beta * _log_ratio(t, log_w, sigma, precise=False)
+    log_r = _log_ratio(t, log_w, sigma)
+    log_f = log_phi + beta * log_r
     log_psi = np.log(step) + _lse(log_f, axis=1)
     log_psi2 = np.log(2 * step) + _lse(log_f[:, ::2], axis=1)
     out = _log_expm1(np.maximum(log_psi, _DIRECT_BELOW))
     ok = np.abs(log_psi - log_psi2) <= QUAD_RTOL * np.maximum(1.0, np.abs(log_psi))
     near = np.flatnonzero(log_psi <= _DIRECT_BELOW)
-    if near.size:  # Ψ close to 1: sum φ·expm1(β log(P/Q)) for Ψ − 1 directly
-        y = beta * _log_ratio(t[near], log_w[near], sigma, precise=True)
+    if near.size:  # Ψ close to 1: sum φ·expm1(β log(P/Q)) for Ψ − 1 directly, log(P/Q) = log1p(P/Q − 1)
+        d = _ratio_minus_one(t[near], log_w[near], sigma)
+        small = np.abs(d) < 0.5
+        y = beta * np.where(small, np.log1p(np.where(small, d, 0.0)), log_r[near])
         with np.errstate(over="ignore", invalid="ignore"):
             term = np.where(y == 0, 0.0, np.sign(y) * np.exp(log_phi[near] + _log_abs_expm1(y)))
         excess = step[near] * term.sum(axis=1)
@@ -329,6 +341,19 @@ def _trapezoid(beta: float, log_w: np.ndarray, sigma: float, a: np.ndarray, b: n
         bound = excess + 64 * np.finfo(float).eps * mass  # rounding allowance
         out[near] = np.log(np.maximum(bound, np.finfo(float).tiny))
     return out, ok
+
+
+def _row_groups(points: np.ndarray, width: int) -> list[np.ndarray]:
+    """Split rows (sorted by grid size) into groups of at most ``_CHUNK_ELEMENTS`` grid values."""
+    order = np.argsort(points, kind="stable")
+    groups, start = [], 0
+    while start < order.size:
+        stop = start + 1
+        while stop < order.size and (stop - start + 1) * (points[order[stop]] + 2) * width <= _CHUNK_ELEMENTS:
+            stop += 1
+        groups.append(order[start:stop])
+        start = stop
+    return groups
 
 
 def log_psi_excess_quad(beta: float, log_w: np.ndarray, sigma: float) -> np.ndarray:
@@ -345,27 +370,25 @@ def log_psi_excess_quad(beta: float, log_w: np.ndarray, sigma: float) -> np.ndar
     present = np.isfinite(log_w)
     idx = np.arange(width)
     spans = np.where(present, idx, -1).max(axis=1) - np.where(present, idx, width).min(axis=1)
-    h0 = min(0.5, _STEP_PER_SIGMA * sigma / max(1, int(spans.max())))
+    h = _FIRST_STEP if beta > 0 else min(_FIRST_STEP, max(_FIRST_STEP_REVERSE, sigma / max(1, int(spans.max()))))
     lo, hi = _envelope(beta, log_w, sigma)
     a, b = np.empty(rows), np.empty(rows)
-    chunk = max(1, int(_CHUNK_ELEMENTS // (width * (float(np.max(hi - lo)) + 2))))
-    for start in range(0, rows, chunk):
-        sl = slice(start, start + chunk)
-        a[sl], b[sl] = _band(beta, log_w[sl], sigma, lo[sl], hi[sl])
+    for group in _row_groups(hi - lo, width):
+        a[group], b[group] = _band(beta, log_w[group], sigma, lo[group], hi[group])
     out = np.empty(rows)
-    chunk = max(1, int(_CHUNK_ELEMENTS // (width * float(np.max(b - a)) / h0 + width)))
-    for start in range(0, rows, chunk):
-        sl = slice(start, start + chunk)
-        h = h0
-        for _ in range(_MAX_REFINE):
-            res, ok = _trapezoid(beta, log_w[sl], sigma, a[sl], b[sl], h)
-            if ok.all():
-                break
-            h /= 2
-        else:
-            raise RuntimeError(f"quadrature of Psi did not converge (beta={beta}, sigma={sigma})")
-        out[sl] = res
-    return out
+    pending = np.arange(rows)
+    for _ in range(_MAX_REFINE):  # halve the step for the rows whose h and 2h sums disagree
+        failed = []
+        for group in _row_groups((b - a)[pending] / h, width):
+            rows_g = pending[group]
+            res, ok = _trapezoid(beta, log_w[rows_g], sigma, a[rows_g], b[rows_g], h)
+            out[rows_g] = res
+            failed.append(rows_g[~ok])
+        pending = np.concatenate(failed)
+        if not pending.size:
+            return out
+        h /= 2
+    raise RuntimeError(f"quadrature of Psi did not converge (beta={beta}, sigma={sigma})")
 
 
 def lattice_log_psi_int(alphas: Sequence[int], log_w: np.ndarray, sigma: float) -> np.ndarray:
