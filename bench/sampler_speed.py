@@ -106,6 +106,7 @@ def main() -> None:
               f"{statistics.fmean(sizes):>8.0f}")
         if cls is PoissonWORSampler:
             last = sampler.sample(g)
+            clip.bind(profile)
     assert last is not None
     norms = torch.rand(last.size)
     med, _ = timed(lambda: clip.factors(last, norms), args.steps)

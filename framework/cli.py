@@ -29,12 +29,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     host = default_host()
     rows = host.components()
     width = max((len(c.name) for c in rows), default=4)
+    pwidth = max((len(c.plugin) for c in rows), default=4) + 2
     current = None
     for c in rows:
         if c.family != current:
             current = c.family
             print(f"{c.family}s:")
-        print(f"  {c.name.ljust(width)}  [{c.plugin}]  {c.description}")
+        print(f"  {c.name.ljust(width)}  {f'[{c.plugin}]'.ljust(pwidth)}  {c.description}")
     return 0
 
 

@@ -25,7 +25,11 @@ from scipy.stats import binom
 from graphveil.errors import ConfigError, PrivacyError, ProfileMismatchError
 from graphveil.host import PluginHost
 from graphveil.plugins.entity_dp import coupled_rdp as C
-from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant
+from graphveil.plugins.entity_dp.accountant import (
+    CoupledRdpAccountant,
+    CoupledRdpFreqAccountant,
+    CoupledRdpStandardAccountant,
+)
 from graphveil.plugins.entity_dp.coupled_rdp import thm3_rdp, thmc1_rdp
 from graphveil.privacy import DEFAULT_ORDERS, rdp_to_epsilon
 from graphveil.profiles import (
@@ -190,6 +194,19 @@ def test_truncation_is_conservative_and_tight(gamma: float, m: int, n: int, K: i
 
 
 # ------------------------------------------------------------------ shape of the bounds
+def test_paper_setting_against_opacus_per_ell() -> None:
+    """Eq. (3) assembled independently: opacus' A_α at q = Γ_ℓ = 1 − (1−γ)^K (1 − ℓ·k_neg/n), averaged
+    over ℓ = 0…300 with the binomial pmf (the omitted tail can only make the reference smaller)."""
+    gamma, m, n, K, k_neg, sigma = 1e-5, 5_000_000, 1_000_000, 5, 4, 0.5
+    orders = np.array([1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0])
+    ell = np.arange(301)
+    rate = 1 - (1 - gamma) ** K * (1 - ell * k_neg / n)
+    log_a = np.array([(orders - 1) * compute_rdp(q=float(q), noise_multiplier=sigma, steps=1, orders=list(orders))
+                      for q in rate])
+    reference = logsumexp(log_a + np.log(binom.pmf(ell, m, gamma))[:, None], axis=0) / (orders - 1)
+    np.testing.assert_allclose(thm3_rdp(orders, sigma, gamma, m, n, K, k_neg), reference, rtol=1e-7)
+
+
 def test_standard_clipping_bound_dominates_freq_clip_in_paper_setting() -> None:
     numbers = dict(gamma=1e-5, m=5_000_000, n=1_000_000, K=5, k_neg=4)
     t3 = thm3_rdp(SOME, 0.5, **numbers)
@@ -399,3 +416,21 @@ def test_params_through_the_host() -> None:
     for bad in ({"orders": [1.0, 2.0]}, {"orders": []}, {"order": [2.0]}):
         with pytest.raises(ConfigError, match="accountant.order"):
             host.create("accountant", "coupled_rdp", bad)
+
+
+@pytest.mark.parametrize(("cls", "kind", "other"), [
+    (CoupledRdpFreqAccountant, FREQ, STANDARD), (CoupledRdpStandardAccountant, STANDARD, FREQ),
+])
+def test_single_theorem_variants(cls: type, kind: SensitivityKind, other: SensitivityKind) -> None:
+    """``coupled_rdp_freq`` / ``coupled_rdp_standard`` analyse exactly one pair each."""
+    assert cls.supports == {(SamplingKind.COUPLED_POISSON_WOR, kind)}
+    acc = cls(cls.Params(orders=[2.0, 4.0]))
+    acc.bind(_sampling(), SensitivityProfile(kind, PrivacyUnit.NODE, 1.0))
+    acc.step(noise_multiplier=1.0, num_steps=10)
+    both = _bound(kind, np.array([2.0, 4.0]))
+    both.step(noise_multiplier=1.0, num_steps=10)
+    assert acc.get_epsilon(1e-5) == both.get_epsilon(1e-5)
+    with pytest.raises(ProfileMismatchError, match=cls.mechanism):
+        cls().bind(_sampling(), SensitivityProfile(other, PrivacyUnit.NODE, 1.0))
+    with pytest.raises(PrivacyError, match="mechanism"):
+        acc.load_state_dict(both.state_dict())

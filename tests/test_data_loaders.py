@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch_geometric.data import Data
+
 from graphveil.config import DataConfig
 from graphveil.data import (
     load_bundled_citeseer,
@@ -23,7 +25,6 @@ from graphveil.data import (
 )
 from graphveil.data.graph import RelationalGraph
 from graphveil.errors import DataError
-from torch_geometric.data import Data
 
 SHARED = Path("/work/shared/data")
 TAPE = SHARED / "text_attributed" / "citeseer_tape"

@@ -6,11 +6,12 @@ import logging
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from graphveil.data import RelationalGraph, load_bundled_citeseer, transfer_split
 from graphveil.data.validate import canonical_edges
 from graphveil.errors import ConfigError, DataError
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def make_graph(n: int, pairs: list[tuple[int, int]]) -> RelationalGraph:

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from graphveil.data import load_citeseer_tape, load_edge_list
 from graphveil.data.validate import (
     DUPLICATES,
@@ -19,8 +22,6 @@ from graphveil.data.validate import (
     check_index_range,
 )
 from graphveil.errors import DataError, GraphVeilError
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 ENTITIES = "id,text,label\na,alpha text,x\nb,beta text,y\nc,gamma text,x\nd,delta text,\n"
 

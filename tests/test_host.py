@@ -10,8 +10,8 @@ import pytest
 
 from graphveil.config import config_from_dict
 from graphveil.errors import ConfigError, PluginError
-from graphveil.host import PluginHost
 from graphveil.hookspecs import hookimpl
+from graphveil.host import PluginHost
 
 BUILTIN = {
     ("sampler", "entity_poisson_wor"), ("sampler", "entity_poisson_wr"),

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
 from graphveil.data.graph import RelationalGraph
 from graphveil.data.validate import (
     EdgeRecords,

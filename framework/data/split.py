@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 import torch
+
 from graphveil.data.graph import RelationalGraph
 from graphveil.errors import ConfigError, DataError
 

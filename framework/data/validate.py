@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+
 from graphveil.data.graph import RelationalGraph
 from graphveil.errors import DataError
 

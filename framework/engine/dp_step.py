@@ -18,6 +18,7 @@ Entry points for a session: :func:`build_optimizer`, :class:`LossSpec`, :class:`
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -109,6 +110,23 @@ def batch_losses(encoder: Encoder, batch: TupleBatch, loss: LossSpec) -> torch.T
     )
 
 
+_ENGINES: weakref.WeakKeyDictionary[Encoder, tuple[tuple[int, ...], PerTupleGrad]] = weakref.WeakKeyDictionary()
+
+
+def _engine_for(encoder: Encoder, params: list[torch.nn.Parameter]) -> PerTupleGrad:
+    """One engine per encoder (rebuilt if its trainable set changes). The summed-gradient check
+    of :class:`PerTupleGrad` (weight tying, functional use) runs on the engine's first step
+    only: it tests the model's structure, which does not change between steps."""
+    key = tuple(id(p) for p in params)
+    cached = _ENGINES.get(encoder)
+    if cached is not None and cached[0] == key:
+        cached[1].verify = False
+        return cached[1]
+    engine = PerTupleGrad(encoder)
+    _ENGINES[encoder] = (key, engine)
+    return engine
+
+
 def dp_step(
     encoder: Encoder,
     batch: TupleBatch,
@@ -136,7 +154,7 @@ def dp_step(
     params = list(encoder.trainable_parameters())
     optimizer.zero_grad(set_to_none=True)
     b = batch.size
-    engine = PerTupleGrad(encoder)
+    engine = _engine_for(encoder, params)
     if b > 0:
         with engine.record(num_groups=b):
             losses = batch_losses(encoder, batch, loss)

@@ -26,6 +26,14 @@ def graphveil_clippers():
 
 @hookimpl
 def graphveil_accountants():
-    from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant
+    from graphveil.plugins.entity_dp.accountant import (
+        CoupledRdpAccountant,
+        CoupledRdpFreqAccountant,
+        CoupledRdpStandardAccountant,
+    )
 
-    return {"coupled_rdp": CoupledRdpAccountant}
+    return {
+        "coupled_rdp": CoupledRdpAccountant,
+        "coupled_rdp_freq": CoupledRdpFreqAccountant,
+        "coupled_rdp_standard": CoupledRdpStandardAccountant,
+    }

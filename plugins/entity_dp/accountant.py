@@ -96,3 +96,21 @@ class CoupledRdpAccountant(RdpAccountantBase):
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
         _, analysis = _THEOREMS[self._analysis]
         return analysis(self.orders, sigma=noise_multiplier, **self._numbers)
+
+
+class CoupledRdpFreqAccountant(CoupledRdpAccountant):
+    """Node-level RDP of FREQ-CLIP with NEG-SAMPLE-WOR negatives only (Thm 3, Eq. 3)."""
+
+    mechanism: ClassVar[str] = "coupled_rdp_freq"
+    supports: ClassVar[frozenset[tuple[SamplingKind, SensitivityKind]]] = frozenset({
+        (SamplingKind.COUPLED_POISSON_WOR, SensitivityKind.FREQ_CLIP_NODE),
+    })
+
+
+class CoupledRdpStandardAccountant(CoupledRdpAccountant):
+    """Node-level RDP of standard per-tuple clipping with NEG-SAMPLE-WOR negatives only (Thm C.1, Eq. 47)."""
+
+    mechanism: ClassVar[str] = "coupled_rdp_standard"
+    supports: ClassVar[frozenset[tuple[SamplingKind, SensitivityKind]]] = frozenset({
+        (SamplingKind.COUPLED_POISSON_WOR, SensitivityKind.STANDARD_TUPLE_NODE),
+    })
