@@ -212,3 +212,22 @@ def test_packaged_minilm_loads_offline_and_embeds(monkeypatch):
     assert emb.shape == (3, 384) and enc.first_lora_layer == 4
     torch.testing.assert_close(emb, full_forward(enc, texts + ["a recipe for banana bread"]), rtol=1e-5, atol=1e-5)
     assert float(emb[0] @ emb[1]) > float(emb[0] @ emb[2])  # a pretrained model, not random weights
+
+
+def test_frozen_states_are_reused_only_for_the_same_model_texts_and_cap():
+    g = graph()
+    a, b = tiny(), tiny()
+    a.prepare(g)
+    b.prepare(g)
+    assert b._hidden is a._hidden  # same graph, same frozen weights: no recomputation
+    other_seed = tiny(seed=1)  # tiny-bert's frozen weights are random: a new seed is a new model
+    other_seed.prepare(g)
+    assert other_seed._hidden is not a._hidden
+    other_texts = tiny()
+    other_texts.prepare(graph([t + " extra" for t in TEXTS]))
+    assert other_texts._hidden is not a._hidden
+    c = tiny()  # recomputed after the cache moved on: identical states
+    c.prepare(g)
+    assert c._hidden is not a._hidden
+    torch.testing.assert_close(c._hidden, a._hidden)
+    torch.testing.assert_close(c.embed(torch.arange(len(TEXTS))), a.embed(torch.arange(len(TEXTS))))
