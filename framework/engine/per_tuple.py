@@ -153,16 +153,17 @@ class PerTupleGrad:
             layer.pairs.append((_group(inp.unsqueeze(-1), b, layer.name)[..., 0], g))
             return
         a = _group(inp, b, layer.name)
-        if "bias" in layer.params:
-            _add(layer.per_tuple, "bias", g.sum(1))
-        if "weight" in layer.params:
-            if layer.ghost is None:
-                length, d, p = a.shape[1], a.shape[2], g.shape[2]
-                layer.ghost = self.mode == "ghost" or (self.mode == "auto" and length * (d + p) < d * p)
-            if layer.ghost:
-                layer.pairs.append((a, g))
-            else:
-                _add(layer.per_tuple, "weight", torch.bmm(g.transpose(1, 2), a))
+        with _threads_for(g.numel() * a.shape[-1]):
+            if "bias" in layer.params:
+                _add(layer.per_tuple, "bias", g.sum(1))
+            if "weight" in layer.params:
+                if layer.ghost is None:
+                    length, d, p = a.shape[1], a.shape[2], g.shape[2]
+                    layer.ghost = self.mode == "ghost" or (self.mode == "auto" and length * (d + p) < d * p)
+                if layer.ghost:
+                    layer.pairs.append((a, g))
+                else:
+                    _add(layer.per_tuple, "weight", torch.bmm(g.transpose(1, 2), a))
 
     # ---------------------------------------------------------------------------------------
     # backward: per-tuple norms
@@ -191,19 +192,21 @@ class PerTupleGrad:
         for layer in self._layers:
             if layer.ghost and layer.pairs:
                 a, g = _cat([x for x, _ in layer.pairs]), _cat([y for _, y in layer.pairs])
-                if isinstance(layer.module, nn.Embedding):
-                    if layer.module.padding_idx is not None:
-                        g = g * (a != layer.module.padding_idx).unsqueeze(-1).to(g.dtype)
-                    gram_a = (a.unsqueeze(2) == a.unsqueeze(1)).to(g.dtype)
-                else:
-                    gram_a = torch.bmm(a, a.transpose(1, 2))
-                layer.pairs = [(a, g)]
-                sq += (gram_a * torch.bmm(g, g.transpose(1, 2))).sum((1, 2)).double()
+                with _threads_for(g.shape[1] * (g.numel() + a.numel())):  # the two L×L Gram matrices
+                    if isinstance(layer.module, nn.Embedding):
+                        if layer.module.padding_idx is not None:
+                            g = g * (a != layer.module.padding_idx).unsqueeze(-1).to(g.dtype)
+                        gram_a = (a.unsqueeze(2) == a.unsqueeze(1)).to(g.dtype)
+                    else:
+                        gram_a = torch.bmm(a, a.transpose(1, 2))
+                    layer.pairs = [(a, g)]
+                    sq += (gram_a * torch.bmm(g, g.transpose(1, 2))).sum((1, 2)).double()
             flat.extend(t.flatten(1) for t in layer.per_tuple.values())
-        if flat:  # few large ops rather than many small ones (thread wake-ups dominate on CPU)
-            sq += torch.cat(flat, 1).double().pow(2).sum(1)
-        if self.verify and b:
-            self._verify(dict(zip(map(id, params), summed, strict=True)))
+        with _threads_for(b * sum(p.numel() for p in params)):
+            if flat:  # few large ops rather than many small ones
+                sq += torch.cat(flat, 1).double().pow(2).sum(1)
+            if self.verify and b:
+                self._verify(dict(zip(map(id, params), summed, strict=True)))
         return sq.clamp(min=0).sqrt().to(torch.float32)  # ghost sums may round below 0
 
     def _verify(self, summed: dict[int, torch.Tensor | None]) -> None:
@@ -247,10 +250,11 @@ class PerTupleGrad:
         factors = torch.as_tensor(factors).reshape(-1)
         if factors.numel() != self._num_groups:
             raise ValueError(f"expected {self._num_groups} factors, got {factors.numel()}")
-        for layer in self._layers:
-            for name, p in layer.params.items():
-                p.grad = self._weighted(layer, name, p, factors)
-            layer.reset()
+        with _threads_for(factors.numel() * sum(p.numel() for p in self.parameters)):
+            for layer in self._layers:
+                for name, p in layer.params.items():
+                    p.grad = self._weighted(layer, name, p, factors)
+                layer.reset()
         self._num_groups, self._state = None, "idle"
 
     def _weighted(self, layer: _Layer, name: str, p: nn.Parameter, factors: torch.Tensor) -> torch.Tensor:
@@ -264,6 +268,25 @@ class PerTupleGrad:
                 return torch.zeros_like(p).index_add_(0, a.reshape(-1), gf)
             return gf.t() @ a.reshape(-1, a.shape[-1])
         return torch.zeros_like(p)
+
+
+#: Multiply-adds below which one thread beats a parallel region: LoRA-sized per-tuple products
+#: (e.g. 32 tuples × 192 tokens × 384 × 8) run ~10x slower on 2 contended threads than on one.
+_SMALL_WORK = 1 << 26
+
+
+@contextmanager
+def _threads_for(work: int) -> Iterator[None]:
+    """Run small per-tuple linear algebra on one intra-op thread (restored afterwards)."""
+    threads = torch.get_num_threads()
+    if work >= _SMALL_WORK or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _check_supported(name: str, module: nn.Module, own: list[str]) -> None:

