@@ -16,7 +16,7 @@ and the median process CPU time per step, and the median over steps of the PAIRE
 non-private step on the same batch (robust to load that drifts during the run).
 Memory: each mode alone in a fresh subprocess; the kernel's peak resident set (VmHWM from
 /proc/self/status) during the timed steps only — the peak is reset by writing 5 to
-/proc/self/clear_refs after setup — and its increase over the RSS when the steps started.
+/proc/self/clear_refs after setup — next to the RSS when the steps started.
 
     python bench/dp_step_speed.py [--batch 32] [--k-neg 4] [--steps 10] [--json out.json]
 """
@@ -222,16 +222,16 @@ def main() -> None:
     print(f"model={args.model} b={args.batch} k_neg={args.k_neg} sequences/step={args.batch * (2 + args.k_neg)} "
           f"threads={args.threads} trainable params={timing['trainable_params']} timed steps={args.steps}")
     print(f"{'mode':<11} {'wall med s':>10} {'paired x':>9} {'cpu med s':>9} {'paired x':>9} "
-          f"{'wall min s':>10} {'peak RSS MB':>11} {'+MB':>5}")
+          f"{'wall min s':>10} {'RSS start MB':>12} {'peak RSS MB':>11}")
     for mode in MODES:
         r, m = t[mode], memory[mode]
         print(f"{mode:<11} {r['median_s']:>10.3f} {r['paired_ratio']:>9.2f} {r['cpu_median_s']:>9.3f} "
-              f"{r['paired_cpu_ratio']:>9.2f} {r['min_s']:>10.3f} {m['peak_rss_mb']:>11.0f} "
-              f"{m['peak_rss_mb'] - m['rss_start_mb']:>5.0f}")
+              f"{r['paired_cpu_ratio']:>9.2f} {r['min_s']:>10.3f} {m['rss_start_mb']:>12.0f} "
+              f"{m['peak_rss_mb']:>11.0f}")
     print("paired x: median over steps of (this mode's time / the non-private step's time on the same batch, "
-          "run back to back in one process, order rotated); cpu: process CPU time. peak RSS: VmHWM during "
-          "the timed steps of that mode alone in a fresh process; +MB: over the RSS when the steps "
-          f"started. 1-min load average at the end of timing: {timing['loadavg'][0]:.1f} on {os.cpu_count()} CPUs.")
+          "run back to back in one process, order rotated); cpu: process CPU time. RSS start / peak RSS: "
+          "resident set when the timed steps of that mode (alone, fresh process) started, and its peak "
+          f"(VmHWM) during them. 1-min load average at the end of timing: {timing['loadavg'][0]:.1f} on {os.cpu_count()} CPUs.")
     if not all(m["peak_is_step_only"] for m in memory.values()):
         print("note: /proc/self/clear_refs not writable; peak RSS includes setup")
     if args.json:
