@@ -17,8 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+from graphveil.config import merge_config
 from graphveil.data import load_graph
-from graphveil.demo import BASE, _merge, demo_configs
+from graphveil.demo import BASE, demo_configs
 from graphveil.outputs import dumps
 from graphveil.runner import run_training
 
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     graph = None
     for i, eps in enumerate(args.epsilons):
-        base = _merge(BASE, {
+        base = merge_config(BASE, {
             "seed": args.seed,
             "training": {"steps": args.steps, "lr": args.lr},
             "encoder": {"lora_layers": args.lora_layers},

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from graphveil.config import PositiveFinite, Probability
 from graphveil.errors import ConfigError, GraphVeilError
 
 #: Environment every Flower process gets from these helpers (unless already set): no
@@ -64,13 +64,13 @@ class SiteSettings(BaseModel):
     data_path: Path | None = Field(None, alias="data-path",
                                    description="Edge file (edge_list), folder (citeseer_tape) or .pt file (pyg).")
     data_entities: Path | None = Field(None, alias="data-entities", description="Entity table (edge_list).")
-    epsilon_budget: float = Field(alias="epsilon-budget",
+    epsilon_budget: PositiveFinite = Field(alias="epsilon-budget",
                                   description="Total ε this site will ever release, across rounds and runs.")
-    delta: float | None = Field(None, description="δ of the budget; default 1/|Ē| of the site's training graph.")
+    delta: Probability | None = Field(None, description="δ of the budget; default 1/|Ē| of the site's training graph.")
     ledger: Path = Field(description="The site's privacy ledger (SQLite), kept across runs.")
     site_config: Path | None = Field(None, alias="site-config",
                                      description="Optional YAML overriding sections of the run's task (e.g. data.split).")
-    min_noise_multiplier: float | None = Field(
+    min_noise_multiplier: PositiveFinite | None = Field(
         None, alias="min-noise-multiplier", description="Refuse rounds asking for a smaller σ.")
     share_utility_metrics: bool = Field(
         True, alias="share-utility-metrics",
@@ -84,27 +84,6 @@ class SiteSettings(BaseModel):
         # The ClientApp runs in a working directory of Flower's choosing.
         if v is not None and not v.is_absolute():
             raise ValueError("must be an absolute path")
-        return v
-
-    @field_validator("epsilon_budget")
-    @classmethod
-    def _budget(cls, v: float) -> float:
-        if not (v > 0 and math.isfinite(v)):
-            raise ValueError("must be a finite ε > 0")
-        return v
-
-    @field_validator("delta")
-    @classmethod
-    def _delta(cls, v: float | None) -> float | None:
-        if v is not None and not 0 < v < 1:
-            raise ValueError("must be in (0, 1)")
-        return v
-
-    @field_validator("min_noise_multiplier")
-    @classmethod
-    def _sigma(cls, v: float | None) -> float | None:
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            raise ValueError("must be a finite σ > 0")
         return v
 
     @classmethod

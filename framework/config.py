@@ -8,14 +8,45 @@ field and the bad value.
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from graphveil.errors import ConfigError
+
+
+def _positive_finite(v: float) -> float:
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError("must be a finite number > 0")
+    return v
+
+
+def _open_unit(v: float) -> float:
+    if not 0 < v < 1:
+        raise ValueError("must be in (0, 1)")
+    return v
+
+
+#: ε, σ and other privacy numbers: finite and > 0.
+PositiveFinite = Annotated[float, AfterValidator(_positive_finite)]
+#: δ: strictly between 0 and 1.
+Probability = Annotated[float, AfterValidator(_open_unit)]
+
+
+def merge_config(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``over`` into a copy of ``base`` (sections merge, values replace)."""
+    out = copy.deepcopy(dict(base))
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_config(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 class _Strict(BaseModel):
@@ -69,31 +100,10 @@ class TrainingConfig(_Strict):
 
 class PrivacyConfig(_Strict):
     enabled: bool = Field(True, description="False: non-private baseline (no clipping, no noise, no claim).")
-    target_epsilon: float | None = Field(None, description="Calibrate σ so that ε after all steps is at most this.")
-    noise_multiplier: float | None = Field(None, description="σ; noise std is σ·C. Mutually exclusive with target_epsilon.")
-    delta: float | None = Field(None, description="δ; default 1/|Ē| (records after degree capping).")
+    target_epsilon: PositiveFinite | None = Field(None, description="Calibrate σ so that ε after all steps is at most this.")
+    noise_multiplier: PositiveFinite | None = Field(None, description="σ; noise std is σ·C. Mutually exclusive with target_epsilon.")
+    delta: Probability | None = Field(None, description="δ; default 1/|Ē| (records after degree capping).")
     secure_rng: bool = Field(False, description="Draw noise from the OS CSPRNG instead of the seeded generator.")
-
-    @field_validator("target_epsilon")
-    @classmethod
-    def _eps(cls, v: float | None) -> float | None:
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            raise ValueError("must be a finite number > 0")
-        return v
-
-    @field_validator("noise_multiplier")
-    @classmethod
-    def _sigma(cls, v: float | None) -> float | None:
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            raise ValueError("must be a finite number > 0")
-        return v
-
-    @field_validator("delta")
-    @classmethod
-    def _delta(cls, v: float | None) -> float | None:
-        if v is not None and not 0 < v < 1:
-            raise ValueError("must be in (0, 1)")
-        return v
 
     @model_validator(mode="after")
     def _one_of(self) -> PrivacyConfig:

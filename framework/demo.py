@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from graphveil.config import RunConfig, config_from_dict
+from graphveil.config import RunConfig, config_from_dict, merge_config
 from graphveil.outputs import RunDirectory, dumps, format_table
 from graphveil.runner import RESULT_COLUMNS, run_training
 
@@ -61,16 +61,6 @@ QUICK = {
 }
 
 
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 def demo_configs(quick: bool = False, root: Path | None = None, progress: bool = True,
                  base: dict[str, Any] | None = None, sampler: dict[str, Any] | None = None,
                  target_epsilon: float = TARGET_EPSILON) -> list[tuple[str, RunConfig]]:
@@ -82,11 +72,11 @@ def demo_configs(quick: bool = False, root: Path | None = None, progress: bool =
     """
     shared = copy.deepcopy(base or BASE)
     if quick:
-        shared = _merge(shared, {k: v for k, v in QUICK.items() if k != "sampler_batch_size"})
+        shared = merge_config(shared, {k: v for k, v in QUICK.items() if k != "sampler_batch_size"})
         sampler = {"batch_size": QUICK["sampler_batch_size"], **(sampler or {})}
     configs = []
     for key, label, extra in ROWS:
-        raw = _merge(shared, extra)
+        raw = merge_config(shared, extra)
         if key == "base":
             raw["training"]["steps"] = 0
         for option, value in (sampler or {}).items():

@@ -104,7 +104,7 @@ def test_round_seeds_never_repeat_and_are_fresh_without_a_pinned_seed(tmp_path: 
 def test_node_config_errors_name_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="epsilon-budget: required key is missing"):
         SiteSettings.from_mapping({"site-name": "a", "ledger": "/l", "data-source": "citeseer"})
-    with pytest.raises(ConfigError, match="epsilon-budget: must be a finite ε > 0"):
+    with pytest.raises(ConfigError, match="epsilon-budget: must be a finite number > 0"):
         site(tmp_path, **{"epsilon-budget": 0.0})
     with pytest.raises(ConfigError, match="ledger: must be an absolute path"):
         site(tmp_path, ledger="ledger.sqlite")

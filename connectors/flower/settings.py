@@ -27,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graphveil.cli_fed import SiteSettings
-from graphveil.config import RunConfig, config_from_dict
+from graphveil.config import RunConfig, config_from_dict, merge_config
 from graphveil.errors import ConfigError
 
 TASK_PREFIX = "task."
@@ -116,16 +116,6 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 def round_seed(site: SiteSettings, run_id: int, server_round: int) -> int:
     """Seed of one site round. Never reused across rounds, runs or sites: repeated noise would
     let the server difference two releases. Fresh OS randomness unless the site pins ``seed``."""
@@ -151,7 +141,7 @@ def site_run_config(fed: FederationSettings, site: SiteSettings, *, seed: int) -
             raise ConfigError(f"{path}: cannot read site config ({exc})") from exc
         if not isinstance(extra, dict):
             raise ConfigError(f"{path}: top level must be a mapping, got {type(extra).__name__}")
-        raw = _merge(raw, extra)
+        raw = merge_config(raw, extra)
         source = f"{path}"
     data = raw.get("data", {}) if isinstance(raw.get("data"), dict) else {}
     raw["data"] = {**data, **site.data_section()}
