@@ -62,6 +62,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_privacy(args: argparse.Namespace) -> int:
+    from graphveil.cli_privacy import run_privacy
+    from graphveil.host import default_host
+
+    return run_privacy(args, default_host())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="graphveil", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -86,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from graphveil.cli_privacy import add_privacy_parser
 
-    add_privacy_parser(sub)
+    add_privacy_parser(sub).set_defaults(func=cmd_privacy)
     try:
         from graphveil.cli_fed import add_fed_parsers
     except ImportError:  # federation CLI not installed in this build

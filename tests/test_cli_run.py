@@ -95,3 +95,18 @@ def test_quick_demo_prints_table(tmp_path: Path, capsys) -> None:
     assert len(rows) == 5
     private = [r for r in rows if "ε=" in r["name"]]
     assert all(r["epsilon"] <= 10.0 + 1e-9 for r in private)
+
+
+def test_privacy_commands_through_the_main_cli(capsys) -> None:
+    data = ["--method", "entity", "--clipping", "freq", "--nodes", "1000", "--edges", "5000",
+            "--degree-cap", "5", "--k-neg", "4", "--sampling-rate", "0.01", "--steps", "100",
+            "--delta", "1e-5", "--json"]
+    assert main(["privacy", "epsilon", *data, "--sigma", "1.0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["epsilon"] > 0 and out["alpha"] > 1 and len(out["rdp"]) > 10
+    assert main(["privacy", "calibrate", *data, "--target-epsilon", str(out["epsilon"])]) == 0
+    calibrated = json.loads(capsys.readouterr().out)
+    assert calibrated["epsilon"] <= out["epsilon"] * (1 + 1e-9)
+    assert abs(calibrated["sigma"] - 1.0) < 0.01
+    assert main(["privacy", "epsilon", *data, "--sigma", "1.0", "--delta", "1.5"]) == 2
+    assert "1.5" in capsys.readouterr().err
