@@ -155,16 +155,30 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, value
 
 
+def set_dotted(tree: dict[str, Any], parts: list[str], value: Any) -> None:
+    """Set ``tree[p0][p1]...[pn] = value``, creating sections on the way.
+
+    :raises ValueError: naming the part that is a value where a section is needed, or the last
+        part if it names a section (a value must not silently replace a whole section).
+    """
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ValueError(f"{part!r} is a value, not a section")
+        node = child
+    if isinstance(node.get(parts[-1]), dict) and not isinstance(value, dict):
+        raise ValueError(f"{parts[-1]!r} is a section, not a value")
+    node[parts[-1]] = value
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     for text in overrides:
         parts, value = parse_override(text)
-        node = raw
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {text!r}: {part!r} is not a section")
-            node = child
-        node[parts[-1]] = value
+        try:
+            set_dotted(raw, parts, value)
+        except ValueError as exc:
+            raise ConfigError(f"--set {text!r}: {exc}") from exc
     return raw
 
 

@@ -27,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graphveil.cli_fed import SiteSettings
-from graphveil.config import RunConfig, config_from_dict, merge_config
+from graphveil.config import RunConfig, config_from_dict, merge_config, set_dotted
 from graphveil.errors import ConfigError
 
 TASK_PREFIX = "task."
@@ -94,16 +94,10 @@ class FederationSettings(BaseModel):
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, source: str) -> None:
-    parts = dotted.split(".")
-    node = tree
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"{source}: task.{dotted}: task.{part} is a value, not a section")
-        node = child
-    if isinstance(node.get(parts[-1]), dict):
-        raise ConfigError(f"{source}: task.{dotted}: is a section, not a value")
-    node[parts[-1]] = value
+    try:
+        set_dotted(tree, dotted.split("."), value)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: task.{dotted}: {exc}") from exc
 
 
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
