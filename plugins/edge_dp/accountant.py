@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, ClassVar
 
@@ -17,6 +18,8 @@ from graphveil.profiles import (
     SensitivityKind,
     SensitivityProfile,
 )
+
+_log = logging.getLogger(__name__)
 
 
 class EdgeRdpAccountant(RdpAccountantBase):
@@ -67,5 +70,18 @@ class EdgeRdpAccountant(RdpAccountantBase):
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
         accountant = dp_accounting.rdp.RdpAccountant(orders=[float(a) for a in self.orders])
         event = dp_accounting.PoissonSampledDpEvent(self._rate, dp_accounting.GaussianDpEvent(noise_multiplier))
-        accountant.compose(event, 1)
-        return accountant.rdp
+        # dp-accounting logs one warning per fractional order whose series does not converge
+        # and sets it to inf (excluded from ε: conservative). Say it once, not per order and σ.
+        absl = logging.getLogger("absl")
+        level = absl.level
+        absl.setLevel(logging.ERROR)
+        try:
+            accountant.compose(event, 1)
+        finally:
+            absl.setLevel(level)
+        rdp = np.asarray(accountant.rdp, dtype=float)
+        skipped = int(np.isinf(rdp).sum())
+        if skipped:
+            _log.debug("dp-accounting could not evaluate %d of %d orders at q=%.3g, sigma=%.4g; "
+                       "they are excluded (conservative)", skipped, rdp.size, self._rate, noise_multiplier)
+        return rdp
