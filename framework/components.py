@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from graphveil.errors import ProfileMismatchError
 from graphveil.profiles import (
     PrivacyUnit,
     SamplingKind,
@@ -169,6 +170,20 @@ class Accountant(ABC):
     @abstractmethod
     def bind(self, sampling: SamplingProfile, sensitivity: SensitivityProfile) -> None:
         """Attach the numeric profiles of this run (raises on a mismatched kind)."""
+
+    def check_pair(self, sampling: SamplingProfile, sensitivity: SensitivityProfile) -> None:
+        """Refuse a (sampling, sensitivity) pair outside :attr:`supports` or of another unit.
+
+        :raises ProfileMismatchError: naming the pair and what this accountant analyses.
+        """
+        if (sampling.kind, sensitivity.kind) in self.supports and sensitivity.unit is self.unit:
+            return
+        options = ", ".join(sorted(f"({a.value}, {b.value})" for a, b in self.supports))
+        unit = getattr(sensitivity.unit, "value", sensitivity.unit)
+        raise ProfileMismatchError(
+            f"accountant {self.mechanism!r} cannot analyse sampling {sampling.kind.value} with "
+            f"sensitivity {sensitivity.kind.value} ({unit}-level); it analyses: {options}"
+        )
 
     @abstractmethod
     def step(self, *, noise_multiplier: float, num_steps: int = 1) -> None:

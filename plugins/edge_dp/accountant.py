@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import dp_accounting
 import numpy as np
 
-from graphveil.errors import PrivacyError, ProfileMismatchError
+from graphveil.errors import PrivacyError
 from graphveil.privacy import RdpAccountantBase, RdpParams
 from graphveil.profiles import (
     PrivacyUnit,
@@ -48,12 +48,7 @@ class EdgeRdpAccountant(RdpAccountantBase):
         :raises ProfileMismatchError: for a pair outside :attr:`supports` or a non-edge unit.
         :raises PrivacyError: for a rate outside (0, 1] or a bad clip norm.
         """
-        if (sampling.kind, sensitivity.kind) not in self.supports or sensitivity.unit is not PrivacyUnit.EDGE:
-            options = ", ".join(sorted(f"({a.value}, {b.value})" for a, b in self.supports))
-            raise ProfileMismatchError(
-                f"accountant {self.mechanism!r} cannot analyse sampling {sampling.kind.value} with "
-                f"sensitivity {sensitivity.kind.value} ({sensitivity.unit.value}-level); it analyses: {options}"
-            )
+        self.check_pair(sampling, sensitivity)
         try:
             rate = float(sampling.rate)
         except (TypeError, ValueError):

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphveil.errors import PrivacyError, ProfileMismatchError
+from graphveil.errors import PrivacyError
 from graphveil.plugins.entity_dp.coupled_rdp import thm3_rdp, thmc1_rdp
 from graphveil.privacy import RdpAccountantBase, RdpParams
 from graphveil.profiles import (
@@ -59,13 +59,7 @@ class CoupledRdpAccountant(RdpAccountantBase):
         :raises ProfileMismatchError: for a pair outside :attr:`supports` or a non-node unit.
         :raises PrivacyError: for numbers the theorems do not cover (K < 1, γ ∉ (0, 1], …).
         """
-        pair = (sampling.kind, sensitivity.kind)
-        if pair not in self.supports or sensitivity.unit is not PrivacyUnit.NODE:
-            options = ", ".join(sorted(f"({a.value}, {b.value})" for a, b in self.supports))
-            raise ProfileMismatchError(
-                f"accountant {self.mechanism!r} cannot analyse sampling {sampling.kind.value} with "
-                f"sensitivity {sensitivity.kind.value} ({sensitivity.unit.value}-level); it analyses: {options}"
-            )
+        self.check_pair(sampling, sensitivity)
         gamma, m, n, K, k_neg = (sampling.rate, sampling.num_records, sampling.num_nodes,
                                  sampling.degree_cap, sampling.k_neg)
         if K is None:
