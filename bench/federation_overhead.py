@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = {
         name: write_node_config(root / f"{name}.toml", {
             "site-name": name, "data-source": "edge_list", "data-path": str(edges),
-            "data-entities": str(entities), "epsilon-budget": 1e4, "delta": 1e-5,
+            "data-entities": str(entities), "epsilon-budget": 1e4, "delta": 1e-5, "privacy-unit": "edge",
             "ledger": str(root / "ledgers" / f"{name}.sqlite"), "threads": 1})
         for name, (edges, entities) in zip(sites, parts, strict=True)
     }

@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lora-layers", type=int, default=1)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--epsilons", type=float, nargs="+", default=[4.0, 10.0])
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="fix the SAMPLING seed (reproducible batches); default: fresh; noise is always CSPRNG")
     ap.add_argument("--out", type=Path, default=Path("bench/results/utility.jsonl"))
     args = ap.parse_args(argv)
 

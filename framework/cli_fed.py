@@ -48,11 +48,27 @@ class FlowerError(GraphVeilError):
 # --------------------------------------------------------------------------------------------
 
 
+#: The built-in accountants of each privacy unit (a site's default ``accountants``).
+BUILTIN_ACCOUNTANTS: dict[str, tuple[str, ...]] = {
+    "node": ("coupled_rdp", "coupled_rdp_freq", "coupled_rdp_standard"),
+    "edge": ("edge_rdp",),
+}
+#: σ floor of a site that sets no ``min-noise-multiplier``.
+DEFAULT_MIN_NOISE_MULTIPLIER = 0.5
+#: Local steps per round of a site that sets no ``max-steps-per-round``.
+DEFAULT_MAX_STEPS_PER_ROUND = 100
+
+
 class SiteSettings(BaseModel):
     """What a data owner sets for its SuperNode (``--node-config site.toml``).
 
     Keys use Flower's dashed style. Of these, only ``site-name``, ``epsilon-budget`` and ``delta``
     are ever reported to the server (see deploy/RUNBOOK.md, "What leaves the site").
+
+    The site's privacy *policy* is part of it: ``delta``, ``privacy-unit``, ``accountants``,
+    ``min-noise-multiplier``, ``max-steps-per-round`` (and the rule that a task never pins a
+    seed or the noise source). The ClientApp refuses a task that differs before any data is
+    read (``graphveil.connectors.flower.settings.check_site_policy``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -66,19 +82,57 @@ class SiteSettings(BaseModel):
     data_entities: Path | None = Field(None, alias="data-entities", description="Entity table (edge_list).")
     epsilon_budget: PositiveFinite = Field(alias="epsilon-budget",
                                   description="Total ε this site will ever release, across rounds and runs.")
-    delta: Probability | None = Field(None, description="δ of the budget; default 1/|Ē| of the site's training graph.")
+    delta: Probability = Field(
+        description="δ of the budget (required; the site's, whatever the task says): keep it well below "
+                    "1/(number of your entities or relations).")
+    privacy_unit: Literal["node", "edge"] = Field(
+        alias="privacy-unit", description="What this site protects: one entity (node) or one relation (edge).")
+    accountants: tuple[str, ...] | None = Field(
+        None, description="Accountants this site accepts (comma-separated names); default: the built-in "
+                          "accountants of its privacy unit.")
     ledger: Path = Field(description="The site's privacy ledger (SQLite), kept across runs.")
+    ledger_anchor: Path | None = Field(
+        None, alias="ledger-anchor",
+        description="File on ANOTHER volume than the ledger where the ledger's head (row count, hash) is "
+                    "written after every entry; a ledger restored from a backup or replaced is then refused.")
     site_config: Path | None = Field(None, alias="site-config",
                                      description="Optional YAML overriding sections of the run's task (e.g. data.split).")
-    min_noise_multiplier: PositiveFinite | None = Field(
-        None, alias="min-noise-multiplier", description="Refuse rounds asking for a smaller σ.")
+    min_noise_multiplier: PositiveFinite = Field(
+        DEFAULT_MIN_NOISE_MULTIPLIER, alias="min-noise-multiplier", description="Refuse rounds asking for a smaller σ.")
+    max_steps_per_round: int = Field(
+        DEFAULT_MAX_STEPS_PER_ROUND, ge=1, alias="max-steps-per-round",
+        description="Refuse rounds asking for more local DP steps.")
     share_utility_metrics: bool = Field(
-        True, alias="share-utility-metrics",
-        description="Report tuples used and held-out MRR (not privatized) to the server.")
+        False, alias="share-utility-metrics",
+        description="Report held-out MRR and PREC@1 to the server (NOT privatized; off by default).")
+    share_epsilon: bool = Field(
+        False, alias="share-epsilon",
+        description="Report ε spent (and the ε a refused round would reach) to the server; ε depends on "
+                    "the sampling rate b/|Ē| (NOT privatized; off by default).")
     seed: int | None = Field(None, description="Reproducible per-round seeds (testing); default: fresh OS randomness.")
     threads: int | None = Field(None, gt=0, description="torch threads for local training.")
+    approved_apps: str | None = Field(
+        None, alias="approved-apps",
+        description="FAB SHA-256 hashes this site runs (comma/space separated, 'bundled' for the app "
+                    "shipped with this installation, or an absolute path to a file of them); "
+                    "default: bundled. Checked by the site's guard before any app code runs.")
 
-    @field_validator("data_path", "data_entities", "ledger", "site_config")
+    @field_validator("accountants", mode="before")
+    @classmethod
+    def _names(cls, v: Any) -> Any:
+        # Flower node configs hold scalars only: a list is written as one comma-separated string.
+        if isinstance(v, str):
+            v = [n for n in v.replace(",", " ").split() if n]
+            if not v:
+                raise ValueError("name at least one accountant")
+        return v
+
+    @property
+    def accepted_accountants(self) -> tuple[str, ...]:
+        """``accountants``, or the built-in accountants of the site's privacy unit."""
+        return self.accountants if self.accountants is not None else BUILTIN_ACCOUNTANTS[self.privacy_unit]
+
+    @field_validator("data_path", "data_entities", "ledger", "ledger_anchor", "site_config")
     @classmethod
     def _absolute(cls, v: Path | None) -> Path | None:
         # The ClientApp runs in a working directory of Flower's choosing.
@@ -167,7 +221,68 @@ def cmd_budget_show(args: argparse.Namespace) -> int:
         print(json.dumps({"summary": summary, "entries": [e.as_dict() for e in entries]}, indent=2))
     else:
         print(format_summary(summary, entries))
+    chain = summary.get("chain") or {}
+    if not chain.get("verified", True):
+        print(f"graphveil: WARNING: ledger {args.ledger} FAILS verification: {chain.get('error')}; "
+              "the ε shown is not a trustworthy record of spend", file=sys.stderr)
     return 0
+
+
+def cmd_budget_verify(args: argparse.Namespace) -> int:
+    """Exit 0 if the hash chain, every recorded ε, the record sets and the anchor check out; 1 if not."""
+    from graphveil.ledger import PrivacyLedger
+
+    with PrivacyLedger(args.ledger, create=False) as ledger:
+        report = ledger.verify(anchor=args.anchor, expect_head=args.expect_head)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    if report.ok:
+        if not args.json:
+            print(f"ok: {report.count} rows, head {report.head}, ε spent {report.epsilon:.6g}"
+                  + (f" (δ={report.delta:.3g})" if report.delta is not None else ""))
+        return 0
+    print(f"graphveil: ledger {args.ledger} FAILS verification: {report.error}", file=sys.stderr)
+    return 1
+
+
+def cmd_budget_head(args: argparse.Namespace) -> int:
+    """Print the ledger's head (row count and hash) for anchoring outside the site's volume."""
+    from graphveil.ledger import PrivacyLedger
+
+    with PrivacyLedger(args.ledger, create=False) as ledger:
+        report = ledger.verify()
+    if not report.ok:
+        print(f"graphveil: ledger {args.ledger} FAILS verification: {report.error}; not printing its head "
+              "as an anchor", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"count": report.count, "hash": report.head}))
+    else:
+        print(f"{report.count} {report.head}")
+    return 0
+
+
+def cmd_budget_migrate(args: argparse.Namespace) -> int:
+    """Migrate a schema-1 ledger to the RDP-curve ledger (opening it migrates; this says so)."""
+    import sqlite3
+
+    from graphveil.ledger import SCHEMA_VERSION, PrivacyLedger
+
+    path = Path(args.ledger)
+    if not path.is_file():
+        print(f"graphveil: error: {path}: no such ledger file", file=sys.stderr)
+        return 2
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        before = int(row[0]) if row else 0
+    except sqlite3.DatabaseError:
+        before = 0
+    with PrivacyLedger(path, create=False) as ledger:
+        report = ledger.verify()
+    what = "migrated" if before == 1 else f"already schema version {SCHEMA_VERSION}"
+    print(f"{path}: {what}; {report.count} rows, ε spent {report.epsilon:.6g}, head {report.head}")
+    return 0 if report.ok else 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,16 +329,24 @@ def _quote(arg: str) -> str:
 
 
 def server_command(args: argparse.Namespace) -> list[str]:
-    """``flower-superlink`` with TLS and SuperNode authentication on."""
+    """``flower-superlink`` with TLS and SuperNode authentication on, bound to the operator address.
+
+    Flower 1.41 serves the Fleet, Control and Runtime APIs on one port and the Control API
+    authenticates nothing, so the SuperLink listens on ``--control-host:--control-port``
+    (default 127.0.0.1:8001, operator only); sites reach the Fleet gateway (:func:`gateway_command`)
+    on ``--host:--port``.
+    """
     ca = _existing(args.ca, "--ca")
     cert = _existing(args.cert, "--cert")
     key = _existing(args.key, "--key")
+    if args.fleet_gateway and (args.control_host, args.control_port) == (args.host, args.port):
+        raise ConfigError("--control-host/--control-port must differ from the public --host/--port")
     argv = [
         _executable("flower-superlink"),
         "--ssl-ca-certfile", ca, "--ssl-certfile", cert, "--ssl-keyfile", key,
         "--enable-supernode-auth",
         "--disable-runtime-dependency-installation",
-        "--host", args.host, "--port", str(args.port),
+        "--host", args.control_host, "--port", str(args.control_port),
     ]
     if args.database:
         Path(args.database).parent.mkdir(parents=True, exist_ok=True)
@@ -242,18 +365,66 @@ def site_command(args: argparse.Namespace) -> list[str]:
         "--auth-supernode-private-key", _existing(args.key, "--key"),
         "--node-config", str(Path(args.node_config).resolve()),
         "--host", args.host, "--port", str(args.port),
+        # ClientApp processes are started by GraphVeil's guard (guard_command), not by Flower:
+        # only a FAB whose SHA-256 is in the site's approved-apps is ever unpacked or run.
+        "--isolation", "process",
     ]
     if args.max_retries is not None:
         argv += ["--max-retries", str(args.max_retries)]
     return argv
 
 
+#: The site's app-pinning guard (graphveil.connectors.flower.guard), run as a module so that the
+#: framework does not import connectors.
+GUARD_MODULE = "graphveil.connectors.flower.guard"
+
+
+def guard_command(args: argparse.Namespace, subcommand: str = "executor") -> list[str]:
+    """The guard that starts one pinned ClientApp process per SuperNode task."""
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    return [sys.executable, "-m", GUARD_MODULE, subcommand, "--runtime-api-address", f"{host}:{args.port}",
+            "--node-config", str(Path(args.node_config).resolve())]
+
+
+GATEWAY_MODULE = "graphveil.connectors.flower.gateway"
+
+
+def gateway_command(args: argparse.Namespace) -> list[str]:
+    """The Fleet gateway on the public address: forwards only ``/v1/fleet/*`` to the SuperLink."""
+    host = f"[{args.control_host}]" if ":" in args.control_host else args.control_host
+    if host in ("0.0.0.0", "[::]"):
+        host = "127.0.0.1"
+    return [sys.executable, "-m", GATEWAY_MODULE, "--host", args.host, "--port", str(args.port),
+            "--upstream", f"https://{host}:{args.control_port}",
+            "--ca", _existing(args.ca, "--ca"), "--cert", _existing(args.cert, "--cert"),
+            "--key", _existing(args.key, "--key")]
+
+
 def cmd_fed_server(args: argparse.Namespace) -> int:
-    return _become(server_command(args), args.dry_run)
+    argv = server_command(args)
+    if not args.fleet_gateway:
+        return _become(argv, args.dry_run)
+    gateway = gateway_command(args)
+    if args.dry_run:
+        print(" ".join(_quote(a) for a in gateway + ["--parent-pid", "<superlink pid>"]))
+        return _become(argv, True)
+    subprocess.Popen([*gateway, "--parent-pid", str(os.getpid())], env=_flower_env())
+    return _become(argv, False)
 
 
 def cmd_fed_site(args: argparse.Namespace) -> int:
-    return _become(site_command(args), args.dry_run)
+    argv = site_command(args)
+    guard = guard_command(args)
+    check = subprocess.run([*guard_command(args, "check")], capture_output=True, text=True,
+                           env=_flower_env())
+    if check.returncode != 0:
+        raise ConfigError(f"node config: approved-apps: {check.stderr.strip() or check.stdout.strip()}")
+    if args.dry_run:
+        print(" ".join(_quote(a) for a in guard + ["--parent-pid", "<supernode pid>"]))
+        return _become(argv, True)
+    # The guard outlives nothing: it watches this PID, which exec turns into flower-supernode.
+    subprocess.Popen([*guard, "--parent-pid", str(os.getpid())], env=_flower_env())
+    return _become(argv, False)
 
 
 def bundled_app_dir() -> Path:
@@ -269,6 +440,20 @@ def bundled_app_dir() -> Path:
 
 def cmd_fed_app_dir(args: argparse.Namespace) -> int:
     print(bundled_app_dir())
+    return 0
+
+
+def app_hash(app: Path | None = None) -> str:
+    """SHA-256 of the FAB ``flwr build`` / ``flwr run`` make from an app folder (Flower's fab_hash)."""
+    import hashlib
+
+    from flwr.cli.build import build_fab_from_disk
+
+    return hashlib.sha256(build_fab_from_disk(app or bundled_app_dir())).hexdigest()
+
+
+def cmd_fed_app_hash(args: argparse.Namespace) -> int:
+    print(app_hash(Path(args.app) if args.app else None))
     return 0
 
 
@@ -371,6 +556,19 @@ def add_fed_parsers(subparsers: Any) -> None:
     p.add_argument("--ledger", required=True, help="the site's ledger file (SQLite)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_budget_show)
+    p = bsub.add_parser("verify", help="check a ledger's hash chain, recorded ε and anchor (exit 1 if tampered)")
+    p.add_argument("--ledger", required=True, help="the site's ledger file (SQLite)")
+    p.add_argument("--anchor", default=None, help="anchor file kept outside the ledger's volume")
+    p.add_argument("--expect-head", default=None, help="a head hash recorded elsewhere; must be in the chain")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_budget_verify)
+    p = bsub.add_parser("head", help="print the ledger's head (rows, hash) to anchor outside its volume")
+    p.add_argument("--ledger", required=True, help="the site's ledger file (SQLite)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_budget_head)
+    p = bsub.add_parser("migrate", help="migrate a schema-1 ledger to the RDP-curve ledger")
+    p.add_argument("--ledger", required=True, help="the site's ledger file (SQLite)")
+    p.set_defaults(func=cmd_budget_migrate)
 
     fed = subparsers.add_parser("fed", help="federated runs with Flower (SuperLink, SuperNodes, flwr run)")
     fsub = fed.add_subparsers(dest="fed_command", required=True)
@@ -379,8 +577,15 @@ def add_fed_parsers(subparsers: Any) -> None:
     p.add_argument("--ca", required=True, help="CA certificate (PEM)")
     p.add_argument("--cert", required=True, help="server certificate (PEM), SAN must name the address sites dial")
     p.add_argument("--key", required=True, help="server private key (PEM)")
-    p.add_argument("--host", default="0.0.0.0", help="listen address (default: 0.0.0.0)")
-    p.add_argument("--port", type=int, default=8000, help="the SuperLink's one HTTPS port (default: 8000)")
+    p.add_argument("--host", default="0.0.0.0", help="public address of the Fleet gateway sites dial (default: 0.0.0.0)")
+    p.add_argument("--port", type=int, default=8000, help="public HTTPS port, Fleet API only (default: 8000)")
+    p.add_argument("--control-host", default="127.0.0.1",
+                   help="operator-only address of the SuperLink itself: Control API for flwr, Runtime API "
+                        "(default: 127.0.0.1; never a network sites or others reach)")
+    p.add_argument("--control-port", type=int, default=8001, help="the SuperLink's own HTTPS port (default: 8001)")
+    p.add_argument("--no-fleet-gateway", dest="fleet_gateway", action="store_false",
+                   help="do not start the Fleet gateway (you front --control-host:--control-port with your own "
+                        "proxy that forwards only POST /v1/fleet/*)")
     p.add_argument("--database", help="SuperLink state file (default: in memory)")
     p.add_argument("--dry-run", action="store_true", help="print the flower-superlink command, do not start it")
     p.set_defaults(func=cmd_fed_server)
@@ -415,3 +620,7 @@ def add_fed_parsers(subparsers: Any) -> None:
 
     p = fsub.add_parser("app-dir", help="print the folder of the GraphVeil Flower app (for flwr run / flwr build)")
     p.set_defaults(func=cmd_fed_app_dir)
+
+    p = fsub.add_parser("app-hash", help="print the SHA-256 of the app's FAB as flwr run packs it (for approved-apps)")
+    p.add_argument("--app", help="Flower app folder (default: the one shipped with GraphVeil)")
+    p.set_defaults(func=cmd_fed_app_hash)

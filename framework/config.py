@@ -66,7 +66,9 @@ class ComponentConfig(BaseModel):
 
 class SplitConfig(_Strict):
     train_fraction: float = Field(0.5, gt=0, lt=1, description="Share of entities on the training side.")
-    seed: int = Field(0, description="Seed of the entity split (independent of the training seed).")
+    seed: int = Field(0, description="Split key: each entity goes to the training side iff "
+                      "HMAC-SHA256(key, entity id) / 2^64 < train_fraction, so removing one entity moves "
+                      "no other (independent of the sampling seed; the field keeps its old name).")
 
 
 class DataConfig(_Strict):
@@ -102,8 +104,26 @@ class PrivacyConfig(_Strict):
     enabled: bool = Field(True, description="False: non-private baseline (no clipping, no noise, no claim).")
     target_epsilon: PositiveFinite | None = Field(None, description="Calibrate σ so that ε after all steps is at most this.")
     noise_multiplier: PositiveFinite | None = Field(None, description="σ; noise std is σ·C. Mutually exclusive with target_epsilon.")
-    delta: Probability | None = Field(None, description="δ; default 1/|Ē| (records after degree capping).")
-    secure_rng: bool = Field(False, description="Draw noise from the OS CSPRNG instead of the seeded generator.")
+    delta: Probability | None = Field(None, description=(
+        "δ; default 10^-(ceil(log10 n)+1) ≤ 1/(10n), n = privacy units in the training data "
+        "(training entities for node-level DP, training relations before capping for edge-level); "
+        "see graphveil.privacy.default_delta. An explicit δ ≥ 1/n is allowed but logged as a warning."))
+    research_noise_seed: int | None = Field(None, description=(
+        "Fixed noise seed for reproducible research only: the noise can then be subtracted by anyone "
+        "who knows it. privacy.json records that it was set. Default (None): DP noise from the OS "
+        "CSPRNG, never seeded, never written."))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_fields(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "secure_rng" in data:
+            raise ValueError(
+                "privacy.secure_rng was removed: DP noise is now always drawn from the OS CSPRNG "
+                "(os.urandom), separately from sampling. Delete the field; for reproducible research "
+                "noise only, set privacy.research_noise_seed (the noise can then be subtracted by "
+                "anyone who knows the seed)"
+            )
+        return data
 
     @model_validator(mode="after")
     def _one_of(self) -> PrivacyConfig:
@@ -124,7 +144,12 @@ class OutputConfig(_Strict):
 
 class RunConfig(_Strict):
     name: str = Field("run", description="Run name, used in the default output directory.")
-    seed: int = Field(0, description="Seed of the run's one generator.")
+    seed: int | None = Field(None, description=(
+        "Seed of the SAMPLING generator only (Poisson batches, negatives; never the DP noise). "
+        "None (default): fresh OS entropy, not written anywhere. A fixed seed makes the batches "
+        "reproducible, but subsampling amplification assumes the sample stays secret: whoever "
+        "knows the seed knows each batch, and the guarantee against them is that of the "
+        "unsampled Gaussian mechanism. privacy.json records sampling_seed: fixed|fresh."))
     threads: int | None = Field(None, gt=0, description="torch intra-op threads (default: torch's choice).")
     data: DataConfig = Field(default_factory=DataConfig)
     sampler: ComponentConfig
@@ -188,6 +213,8 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "missing":
         return f"{source}: {field}: required field is missing"
+    if isinstance(first.get("input"), Mapping):  # a whole section: the message names the field
+        return f"{source}: {field}: {msg}"
     return f"{source}: {field}: {msg} (got {first.get('input')!r})"
 
 

@@ -2,7 +2,9 @@
 
 Rows: the base encoder without fine-tuning, non-private fine-tuning, entity-level DP with
 standard clipping and with FREQ-CLIP, and edge-level DP, all at the same ε target, on the
-same seeded transfer split, the same encoder and the same number of steps.
+same keyed transfer split (``data.split.seed`` is the split key), the same encoder and the same
+number of steps. The sampling seed is left unset (fresh OS entropy per run) and DP noise comes
+from the OS CSPRNG, so two demo runs differ in their batches and noise.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ TARGET_EPSILON = 10.0
 #: Shared settings. Sizes are planned from the cost of a MiniLM pass on 2 CPU cores: LoRA sits
 #: in the top layer only and the frozen layers' outputs are cached once per entity.
 BASE: dict[str, Any] = {
-    "seed": 0,
     "data": {"source": "citeseer", "split": {"train_fraction": 0.7, "seed": 0}},
     "encoder": {"name": "hf_lora", "model": "minilm", "max_length": 32, "lora_layers": 1, "lora_rank": 8},
     "training": {"steps": 30, "loss": "infonce", "optimizer": "adam", "lr": 2e-3, "temperature": 0.05},

@@ -1,70 +1,160 @@
-"""The per-site privacy ledger: a durable privacy odometer in one SQLite file.
+"""The per-site privacy ledger: a durable, hash-chained privacy odometer in one SQLite file.
 
-A data owner keeps one ledger per privacy unit and mechanism. It holds the accountant state of
-*everything the site has released*, across rounds and runs, so the ε it shows is the total
-spent on the site's data, not the spend of one run.
+A data owner keeps **one ledger per site dataset**. It records the RDP curve of *everything the
+site has released*, across rounds, runs, mechanisms, sampling rates γ and noise multipliers σ,
+so the ε it shows is the total spent on the site's data, not the spend of one run.
+
+Composition
+-----------
+Rényi DP composes additively: if mechanism i is (α, ρᵢ(α))-RDP for every order α, the
+adaptive composition of all of them is (α, Σᵢ ρᵢ(α))-RDP (Mironov 2017, "Rényi Differential
+Privacy", Prop. 1). This holds across *different* mechanisms, γ and σ as long as every ρᵢ is
+stated for the same privacy unit and adjacency relation. The ledger is therefore bound (in its
+``meta`` table, through chained ``bind`` rows) to the site, the privacy unit, δ and the RDP
+order grid — and to nothing else. Each reservation stores the RDP *increment* of its steps,
+``steps · accountant.rdp_curve(σ)`` on the ledger's orders; the spent ε is
+``rdp_to_epsilon(orders, Σ increments, δ)`` (Thm D.1). A change of batch size, data size,
+mechanism or σ is simply another increment. Accountants without an RDP curve (no
+``orders``/``rdp_curve``/``total_rdp``) are refused: their spend cannot be added up here.
 
 Write-ahead rule (DESIGN.md, "Federated"): spend is written *before* any output leaves the site.
 
-1. :meth:`PrivacyLedger.reserve` — in one exclusive transaction: read the latest recorded
-   accountant state, add the planned steps, and either record a ``reserved`` entry holding the
-   resulting state or, if ε would exceed the budget, record a ``refused`` entry and raise
-   :class:`BudgetExhaustedError`. Training starts only after this commit.
-2. :meth:`PrivacyLedger.release` — after training, check the accountant that actually ran
-   against the reservation (a larger ε is written first; the reserved ε is kept if the run did
-   less) and mark the entry ``released``; only then may the update leave the site.
+1. :meth:`PrivacyLedger.reserve` — in one exclusive transaction: verify the chain, add the
+   planned increment to the recorded total, and either append a ``reserve`` row or, if ε would
+   exceed the budget, a ``refuse`` row and raise :class:`BudgetExhaustedError`.
+2. :meth:`PrivacyLedger.release` — after training, compare the RDP curve of the steps the run's
+   accountant actually took with the reserved increment (pointwise). If it is larger, the larger
+   increment is appended first (``raise`` row), or the output is withheld when later
+   reservations were already built on the smaller one; then a ``release`` row.
 
-A site killed between 1 and 2 leaves a ``reserved`` entry, which counts in full: a restarted
-site never undercounts. The stopping rule depends only on public parameters (σ, steps, the
-sampling profile) and the ledger, never on the data, so the spend is the ordinary composition
-of the recorded steps.
+A site killed between 1 and 2 leaves an unconfirmed reservation, which counts in full.
+
+Tamper evidence
+---------------
+The ``entries`` table is append-only and hash-chained: each row's ``hash`` is the SHA-256 of
+the canonical JSON of all its fields (id, kind, reference, site, run, round, steps, σ, δ, ε,
+budget, mechanism, profile, increment, note) together with ``prev_hash``; the first row's
+``prev_hash`` is the genesis hash, the SHA-256 of the ledger's creation meta (a random ledger
+id and the creation time). Status changes (release, withhold, a larger increment) and the
+storage of a degree-capped record set are new chained rows that reference the reservation or
+key, never updates. So a raw SQL ``UPDATE`` or ``DELETE`` of any row breaks
+:meth:`PrivacyLedger.verify` (a deleted last row is caught by SQLite's AUTOINCREMENT counter,
+and for certain by an anchor). A ledger that fails verification refuses to reserve.
+
+Anchoring against rollback
+--------------------------
+A chain cannot tell a restored backup from the real file: both verify. Pass
+``anchor=Path(...)``: after every committed write the ledger atomically writes
+``{"count": n, "hash": h}`` (its head) to that file, and on open and before every reservation
+it checks that its own chain has the anchored head as a prefix. **Keep the anchor outside the
+ledger's volume** — another disk or mount, a WORM/object-lock bucket synced from it, or simply
+the head printed by ``graphveil budget head`` into the operator's log — otherwise a restored
+volume snapshot rolls back the anchor together with the ledger. ``graphveil budget verify
+--anchor FILE`` or ``--expect-head HASH`` checks a ledger against an anchor kept elsewhere.
+
+Schema migration (version 1 → 2)
+--------------------------------
+A version-1 ledger held, per entry, the *cumulative* accountant state (mechanism, profile, order
+grid, history of (σ, steps)). Opening it migrates it in one transaction: the v1 table is kept as
+``entries_v1`` (audit), and the latest counting v1 state is replayed by the installed accountant
+plugin of the same mechanism, rebound to the recorded profile (the accountant's own
+``load_state_dict`` refuses a different profile or order grid) — its ``total_rdp()`` becomes a
+single chained ``migrate`` row that counts like a reservation. The rebuilt ε must equal the ε
+the v1 ledger recorded, otherwise nothing changes. This is sound (it is the exact RDP curve
+the v1 ledger was accounting) and is the only option that is: a bare (ε, δ) total has no RDP
+curve to compose with. When the curve cannot be rebuilt (plugin missing, accountant without
+RDP), the v1 file is left untouched and a :class:`LedgerError` explains why;
+``graphveil budget migrate`` performs the same migration explicitly.
+
+Degree-capped record sets
+-------------------------
+:meth:`PrivacyLedger.save_records` stores the site's degree-capped record set Ē (an (m, 2)
+int64 tensor) once per key; its SHA-256 is a chained row, so replacing Ē silently breaks
+verification, and saving different content under an existing key is refused.
 """
 
 from __future__ import annotations
 
-import copy
+import hashlib
+import io
 import json
 import math
 import os
+import secrets
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from graphveil.components import Accountant
 from graphveil.errors import GraphVeilError, PrivacyError
+from graphveil.privacy.conversion import DEFAULT_ORDERS, rdp_to_epsilon
 
-SCHEMA_VERSION = 1
+if TYPE_CHECKING:
+    import torch
+
+SCHEMA_VERSION = 2
 #: Entry statuses whose spend counts (``refused`` entries record a request, not a release).
-COUNTING = ("reserved", "released", "withheld")
+COUNTING = ("reserved", "released", "withheld", "migrated")
+#: Row kinds of the chain.
+KINDS = ("bind", "reserve", "refuse", "release", "withhold", "raise", "migrate", "records")
 _REL_TOL = 1e-9
+_EPS_TOL = 1e-9
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     created TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('reserved', 'released', 'withheld', 'refused')),
+    kind TEXT NOT NULL CHECK (kind IN ('bind', 'reserve', 'refuse', 'release', 'withhold', 'raise', 'migrate', 'records')),
+    ref INTEGER,
     site TEXT NOT NULL,
     run TEXT NOT NULL,
     round INTEGER NOT NULL,
     steps INTEGER NOT NULL,
-    noise_multiplier REAL NOT NULL,
-    delta REAL NOT NULL,
-    epsilon REAL NOT NULL,
-    budget REAL NOT NULL,
+    noise_multiplier REAL,
+    delta REAL,
+    epsilon REAL,
+    budget REAL,
     mechanism TEXT NOT NULL,
-    state TEXT,
-    note TEXT NOT NULL DEFAULT ''
+    profile TEXT,
+    increment TEXT,
+    note TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS records (
+    key TEXT PRIMARY KEY,
+    entry INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    data BLOB NOT NULL
 );
 """
 
+#: The chained columns, in order (``hash`` is computed over these).
+_FIELDS = ("id", "created", "kind", "ref", "site", "run", "round", "steps", "noise_multiplier", "delta",
+           "epsilon", "budget", "mechanism", "profile", "increment", "note", "prev_hash")
+_INTS = {"id", "ref", "round", "steps"}
+_FLOATS = {"noise_multiplier", "delta", "epsilon", "budget"}
+
 
 class LedgerError(GraphVeilError):
-    """The ledger file is unreadable, from another program, or from a newer GraphVeil."""
+    """The ledger file is unreadable, from another program or a newer GraphVeil, fails
+    verification, or was rolled back behind its anchor."""
+
+
+class LedgerBindingError(PrivacyError):
+    """The run's site, privacy unit, δ or RDP order grid differs from the one the ledger is
+    bound to. ``key`` names it (``site``, ``unit``, ``delta`` or ``orders``)."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class BudgetExhaustedError(PrivacyError):
@@ -79,10 +169,10 @@ class BudgetExhaustedError(PrivacyError):
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """One row: a reservation (later released or withheld) or a refusal.
+    """One reservation (later released or withheld), refusal, or migrated v1 total.
 
     ``epsilon`` is the *cumulative* ε at ``delta`` after this entry (for a refusal: the ε the
-    request would have reached).
+    request would have reached). ``id`` is the id of the entry's first chain row.
     """
 
     id: int
@@ -105,39 +195,148 @@ class LedgerEntry:
 
 @dataclass(frozen=True)
 class Reservation:
-    """Spend recorded ahead of training. ``prior_state`` is the state before these steps
-    (``None`` for a fresh ledger): load it into the session's accountant before training so the
-    accountant that runs continues the site's history."""
+    """Spend recorded ahead of training: the RDP increment of ``steps`` steps at σ."""
 
     entry_id: int
-    prior_state: dict[str, Any] | None
-    state: dict[str, Any]
+    increment: tuple[float, ...]
+    orders: tuple[float, ...]
     epsilon: float
     delta: float
     budget: float
     steps: int
+    noise_multiplier: float
 
-    def apply_prior(self, accountant: Accountant) -> None:
-        if self.prior_state is not None:
-            accountant.load_state_dict(copy.deepcopy(self.prior_state))
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Result of :meth:`PrivacyLedger.verify`. ``first_bad`` is the id of the first row that
+    fails (``None`` if the failure is not one row's, e.g. the anchor or the meta table)."""
+
+    ok: bool
+    count: int
+    head: str
+    epsilon: float
+    delta: float | None
+    error: str | None = None
+    first_bad: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _dump_state(state: Mapping[str, Any]) -> str:
-    def default(value: Any) -> Any:
-        if hasattr(value, "tolist"):
-            return value.tolist()
-        if hasattr(value, "value"):  # enums
-            return value.value
-        raise TypeError(f"accountant state holds a {type(value).__name__}, which JSON cannot store")
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
 
+
+def _sha(text: str | bytes) -> str:
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+
+
+def _normalize(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row as SQLite gives it back (REAL columns as floats), so hashes are reproducible."""
+    out: dict[str, Any] = {}
+    for name in _FIELDS:
+        value = row.get(name)
+        if value is not None and name in _FLOATS:
+            value = float(value)
+        elif value is not None and name in _INTS:
+            value = int(value)
+        out[name] = value
+    return out
+
+
+def _row_hash(row: Mapping[str, Any]) -> str:
+    return _sha(_canonical(_normalize(row)))
+
+
+def _curve_json(curve: np.ndarray) -> str:
+    return _canonical([float(v) for v in np.asarray(curve, dtype=float)])
+
+
+def _curve(text: str | None, n: int) -> np.ndarray:
+    values = json.loads(text or "null")
+    if not isinstance(values, list) or len(values) != n:
+        raise ValueError(f"increment is not a list of {n} numbers")
+    arr = np.asarray(values, dtype=float)
+    if np.isnan(arr).any() or (arr < 0).any():
+        raise ValueError("increment holds NaN or negative RDP values")
+    return arr
+
+
+def _epsilon(orders: np.ndarray, total: np.ndarray, delta: float) -> float:
+    if not total.any():
+        return 0.0
+    return float(rdp_to_epsilon(orders, total, delta)[0])
+
+
+def _close(a: float | None, b: float) -> bool:
+    if a is None:
+        return False
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return math.isclose(a, b, rel_tol=_EPS_TOL, abs_tol=1e-12)
+
+
+def _rdp_capable(accountant: Accountant) -> tuple[np.ndarray, str]:
+    """The accountant's order grid and mechanism name; refuse accountants without RDP curves."""
+    mechanism = str(getattr(accountant, "mechanism", type(accountant).__name__))
+    if not all(callable(getattr(accountant, name, None)) for name in ("rdp_curve", "total_rdp")) or \
+            getattr(accountant, "orders", None) is None:
+        raise PrivacyError(
+            f"accountant {mechanism!r} has no RDP curve (orders, rdp_curve, total_rdp); the privacy "
+            "ledger composes RDP curves across runs and cannot add up its spend — use an RDP "
+            "accountant (e.g. one built on graphveil.privacy.RdpAccountantBase)"
+        )
+    return np.asarray(accountant.orders, dtype=float), mechanism
+
+
+def _profile_of(accountant: Accountant) -> Any:
     try:
-        return json.dumps(dict(state), default=default, allow_nan=True)
-    except (TypeError, ValueError) as exc:
-        raise LedgerError(f"cannot record accountant state: {exc}") from exc
+        return dict(accountant.state_dict()).get("profile")
+    except Exception:  # an accountant without a profile: audit only, not needed for the spend
+        return None
+
+
+@dataclass
+class _Item:
+    """A reservation, refusal or migration as folded from its chain rows."""
+
+    row: dict[str, Any]
+    status: str
+    increment: np.ndarray | None
+    epsilon: float
+    note: str
+
+
+@dataclass
+class _Scan:
+    """Everything the chain says, plus the first problem found."""
+
+    count: int = 0
+    head: str = ""
+    orders: np.ndarray | None = None
+    delta: float | None = None
+    bound: dict[str, Any] = field(default_factory=dict)
+    items: dict[int, _Item] = field(default_factory=dict)
+    last_counting: int | None = None
+    total: np.ndarray | None = None
+    records: dict[str, tuple[int, str]] = field(default_factory=dict)
+    error: str | None = None
+    first_bad: int | None = None
+
+    def fail(self, message: str, row: int | None) -> None:
+        if self.error is None:
+            self.error, self.first_bad = message, row
+
+    @property
+    def epsilon(self) -> float:
+        if self.total is None or self.orders is None or self.delta is None:
+            return 0.0
+        return _epsilon(self.orders, self.total, self.delta)
 
 
 class PrivacyLedger:
@@ -145,11 +344,17 @@ class PrivacyLedger:
 
     :param path: ledger file; created (with its folder) unless ``create`` is false.
     :param create: false to open an existing ledger only (``graphveil budget show``).
-    :raises LedgerError: if the file is missing (``create=False``), not a ledger, or newer.
+    :param anchor: optional file *outside the ledger's volume* holding the last head
+        ``{"count": n, "hash": h}``; written after every committed write, checked on open and
+        before every reservation (see the module docstring).
+    :raises LedgerError: if the file is missing (``create=False``), not a ledger, newer, a v1
+        ledger that cannot be migrated, or behind / diverging from its anchor.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True,
+                 anchor: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path)
+        self.anchor = None if anchor is None else Path(anchor)
         if not create and not self.path.is_file():
             raise LedgerError(f"{self.path}: no such ledger file")
         if create:
@@ -159,14 +364,24 @@ class PrivacyLedger:
             self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=DELETE")
             self._db.execute("PRAGMA synchronous=FULL")  # a committed spend survives power loss
-            if create:
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "meta" in tables:
+                version = int(self.meta().get("schema_version", "0"))
+            else:
+                version = SCHEMA_VERSION if create else 0
+            if version == 1:
+                try:
+                    self._migrate_v1()
+                except LedgerError:
+                    self._db.close()
+                    raise
+            elif "meta" not in tables and version == SCHEMA_VERSION:
                 with self._transaction():
                     for stmt in filter(str.strip, _SCHEMA.split(";")):
                         self._db.execute(stmt)
-                    self._db.execute(
-                        "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                    )
-                    self._db.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (_now(),))
+                    for key, value in (("schema_version", str(SCHEMA_VERSION)),
+                                       ("ledger_id", secrets.token_hex(16)), ("created", _now())):
+                        self._db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, value))
             meta = self.meta()
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"{self.path}: not a GraphVeil privacy ledger ({exc})") from exc
@@ -175,6 +390,13 @@ class PrivacyLedger:
             raise LedgerError(
                 f"{self.path}: ledger schema version {version}, this GraphVeil reads version {SCHEMA_VERSION}"
             )
+        if self.anchor is not None:
+            problem = self._anchor_problem(self.anchor)
+            if problem:
+                self._db.close()
+                raise LedgerError(f"{self.path}: {problem}")
+            if not self.anchor.exists():
+                self._write_anchor()
 
     # ------------------------------------------------------------------------------ plumbing
     def close(self) -> None:
@@ -189,7 +411,7 @@ class PrivacyLedger:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         # IMMEDIATE: take the write lock at once, so two rounds at one site cannot both
-        # reserve against the same prior state.
+        # reserve against the same total.
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield self._db
@@ -197,85 +419,359 @@ class PrivacyLedger:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+        if self.anchor is not None:
+            self._write_anchor()
 
-    def _row(self, row: tuple[Any, ...]) -> LedgerEntry:
-        return LedgerEntry(*row)
+    def genesis(self) -> str:
+        """SHA-256 of the ledger's creation meta: the ``prev_hash`` of its first row."""
+        meta = self.meta()
+        return _sha(_canonical({"ledger": "graphveil-privacy-ledger", "ledger_id": meta.get("ledger_id"),
+                                "created": meta.get("created")}))
 
-    _COLUMNS = ("id, created, status, site, run, round, steps, noise_multiplier, delta, epsilon, "
-                "budget, mechanism, note")
+    def _rows(self, db: sqlite3.Connection | None = None) -> list[dict[str, Any]]:
+        cur = (db or self._db).execute(f"SELECT {', '.join(_FIELDS)}, hash FROM entries ORDER BY id")
+        names = [*_FIELDS, "hash"]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    def _append(self, db: sqlite3.Connection, kind: str, **values: Any) -> int:
+        last = db.execute("SELECT id, hash FROM entries ORDER BY id DESC LIMIT 1").fetchone()
+        row = {name: None for name in _FIELDS}
+        row.update({"site": "", "run": "", "round": 0, "steps": 0, "mechanism": "", "note": ""})
+        row.update(values)
+        row.update({"id": 1 if last is None else int(last[0]) + 1, "created": _now(), "kind": kind,
+                    "prev_hash": self.genesis() if last is None else last[1]})
+        row = _normalize(row)
+        row["hash"] = _row_hash(row)
+        names = [*_FIELDS, "hash"]
+        db.execute(f"INSERT INTO entries ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                   [row[n] for n in names])
+        return int(row["id"])
+
+    # ------------------------------------------------------------------------------ head & anchor
+    def head(self) -> tuple[int, str]:
+        """(number of chain rows, hash of the last one — the genesis hash for an empty ledger)."""
+        row = self._db.execute("SELECT COUNT(*), (SELECT hash FROM entries ORDER BY id DESC LIMIT 1) "
+                               "FROM entries").fetchone()
+        return int(row[0]), row[1] or self.genesis()
+
+    def _write_anchor(self) -> None:
+        """Atomically write the head to the anchor file (temp + fsync + rename), never backwards."""
+        assert self.anchor is not None
+        count, head = self.head()
+        if self.anchor.exists():
+            old = _read_anchor(self.anchor)
+            if old[0] > count or self._prefix_problem(*old):
+                # another process wrote a newer head, or the ledger is behind or diverges from the
+                # anchor: never overwrite the evidence (open and reserve refuse on it)
+                return
+        self.anchor.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.anchor.with_name(f".{self.anchor.name}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps({"count": count, "hash": head}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.anchor)
+        try:
+            fd = os.open(self.anchor.parent, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def _anchor_problem(self, anchor: Path) -> str | None:
+        if not anchor.exists():
+            return None
+        count, head = _read_anchor(anchor)
+        return self._prefix_problem(count, head)
+
+    def _prefix_problem(self, count: int | None, head: str) -> str | None:
+        """``None`` if the chain has the head ``(count, head)`` as a prefix (count ``None``: anywhere)."""
+        rows = self._db.execute("SELECT id, hash FROM entries ORDER BY id").fetchall()
+        have_n, have_h = len(rows), (rows[-1][1] if rows else self.genesis())
+        hashes = [self.genesis()] + [r[1] for r in rows]
+        if count is None:
+            if head in hashes:
+                return None
+            return (f"ledger was rolled back or replaced: the expected head {head[:16]}… is not in its chain; "
+                    f"ledger has {have_n} entries ending in {have_h[:16]}…")
+        if count <= have_n and hashes[count] == head:
+            return None
+        return (f"ledger was rolled back or replaced: anchor says {count} entries ending in {head[:16]}…, "
+                f"ledger has {have_n} entries ending in {have_h[:16]}…")
 
     # ------------------------------------------------------------------------------ reading
     def meta(self) -> dict[str, str]:
         return dict(self._db.execute("SELECT key, value FROM meta").fetchall())
 
-    def entries(self) -> list[LedgerEntry]:
-        rows = self._db.execute(f"SELECT {self._COLUMNS} FROM entries ORDER BY id").fetchall()
-        return [self._row(r) for r in rows]
+    def _scan(self, db: sqlite3.Connection | None = None) -> _Scan:
+        """Fold the chain: hashes, bindings, reservations and their status, the RDP total."""
+        db = db or self._db
+        scan = _Scan()
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        if "ledger_id" not in meta or "created" not in meta:
+            scan.fail("the meta table lost the ledger id or creation time", None)
+        prev = self.genesis()
+        rows = self._rows(db)
+        for i, row in enumerate(rows, start=1):
+            rid = row["id"]
+            if rid != i:
+                scan.fail(f"row {i} is missing (rows deleted or renumbered; found id {rid})", i)
+                break
+            if row["prev_hash"] != prev:
+                scan.fail(f"row {rid} does not follow row {rid - 1} (prev_hash mismatch: a row was "
+                          "edited, deleted or inserted)", rid)
+                break
+            if _row_hash(row) != row["hash"]:
+                scan.fail(f"row {rid} was modified after it was written (hash mismatch)", rid)
+                break
+            prev = row["hash"]
+            try:
+                self._fold(scan, row)
+            except (ValueError, TypeError, KeyError, PrivacyError) as exc:
+                scan.fail(f"row {rid} is inconsistent: {exc}", rid)
+                break
+        scan.count, scan.head = len(rows), prev
+        if scan.error is None:
+            seq = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'entries'").fetchone()
+            if seq is not None and int(seq[0]) > len(rows):
+                scan.fail(f"rows {len(rows) + 1}..{int(seq[0])} were deleted from the end of the chain", len(rows) + 1)
+        if scan.error is None:
+            for key in ("site", "unit", "delta", "orders"):
+                if key in scan.bound and meta.get(key) != scan.bound[key]:
+                    scan.fail(f"the meta table's {key} {meta.get(key)!r} differs from the chained binding "
+                              f"{scan.bound[key]!r}", None)
+                elif key not in scan.bound and key in meta:
+                    scan.fail(f"the meta table holds an unchained {key} {meta[key]!r}", None)
+        if scan.error is None:
+            stored = dict(db.execute("SELECT key, sha256 FROM records").fetchall())
+            for key, sha in stored.items():
+                if key not in scan.records:
+                    scan.fail(f"record set {key!r} is not in the chain", None)
+                elif scan.records[key][1] != sha:
+                    scan.fail(f"record set {key!r} was replaced (chained at row {scan.records[key][0]})",
+                              scan.records[key][0])
+            for key, (rid, sha) in scan.records.items():
+                blob = db.execute("SELECT data FROM records WHERE key = ?", (key,)).fetchone()
+                if blob is None:
+                    scan.fail(f"record set {key!r} (row {rid}) was deleted", rid)
+                elif _sha(bytes(blob[0])) != sha:
+                    scan.fail(f"record set {key!r} (row {rid}) was modified", rid)
+        return scan
 
-    def _latest(self) -> tuple[LedgerEntry, dict[str, Any]] | None:
-        row = self._db.execute(
-            f"SELECT {self._COLUMNS}, state FROM entries WHERE status IN {COUNTING} ORDER BY id DESC LIMIT 1"
-        ).fetchone()
-        if row is None:
-            return None
-        return self._row(row[:-1]), json.loads(row[-1])
+    def _fold(self, scan: _Scan, row: dict[str, Any]) -> None:
+        kind, rid = row["kind"], row["id"]
+        if kind == "bind":
+            values = json.loads(row["note"])
+            for key, value in values.items():
+                if key in scan.bound and scan.bound[key] != value:
+                    raise ValueError(f"rebinds {key} from {scan.bound[key]!r} to {value!r}")
+                scan.bound[key] = value
+            if "orders" in values:
+                scan.orders = np.asarray(json.loads(values["orders"]), dtype=float)
+                scan.total = np.zeros_like(scan.orders)
+            if "delta" in values:
+                scan.delta = float(values["delta"])
+            return
+        if kind == "records":
+            info = json.loads(row["note"])
+            if info["key"] in scan.records:
+                raise ValueError(f"record set {info['key']!r} stored twice")
+            scan.records[info["key"]] = (rid, info["sha256"])
+            return
+        if scan.orders is None or scan.delta is None or scan.total is None:
+            raise ValueError(f"a {kind} row before the ledger's order grid and δ were bound")
+        n = scan.orders.size
+        if kind in ("reserve", "migrate", "refuse"):
+            if row["delta"] != scan.delta:
+                raise ValueError(f"δ {row['delta']!r} differs from the ledger's {scan.delta!r}")
+            inc = _curve(row["increment"], n)
+            if kind == "refuse":
+                projected = _epsilon(scan.orders, scan.total + inc, scan.delta)
+                if not _close(row["epsilon"], projected):
+                    raise ValueError(f"records projected ε {row['epsilon']!r}, the chain gives {projected!r}")
+                scan.items[rid] = _Item(row, "refused", None, projected, row["note"])
+                return
+            scan.total = scan.total + inc
+            eps = _epsilon(scan.orders, scan.total, scan.delta)
+            if not _close(row["epsilon"], eps):
+                raise ValueError(f"records ε {row['epsilon']!r}, the chain gives {eps!r}")
+            if kind == "reserve" and not eps <= row["budget"] * (1 + _REL_TOL):
+                raise ValueError(f"reserves past its budget (ε {eps!r} > {row['budget']!r})")
+            status = "reserved" if kind == "reserve" else "migrated"
+            scan.items[rid] = _Item(row, status, inc, eps, row["note"])
+            scan.last_counting = rid
+            return
+        item = scan.items.get(row["ref"]) if row["ref"] is not None else None
+        if item is None or item.row["kind"] != "reserve":
+            raise ValueError(f"{kind} refers to {row['ref']!r}, which is not a reservation")
+        if item.status != "reserved":
+            raise ValueError(f"{kind} of reservation {row['ref']}, which is already {item.status}")
+        if kind == "raise":
+            if scan.last_counting != row["ref"]:
+                raise ValueError(f"raises reservation {row['ref']} behind later reservations")
+            new = _curve(row["increment"], n)
+            assert item.increment is not None
+            if (new < item.increment).any():
+                raise ValueError("lowers a reserved increment")
+            scan.total = scan.total - item.increment + new
+            eps = _epsilon(scan.orders, scan.total, scan.delta)
+            if not _close(row["epsilon"], eps):
+                raise ValueError(f"records ε {row['epsilon']!r}, the chain gives {eps!r}")
+            item.increment, item.epsilon, item.note = new, eps, row["note"]
+            return
+        item.status = "released" if kind == "release" else "withheld"
+        item.note = row["note"]
+
+    def verify(self, *, anchor: str | os.PathLike[str] | None = None,
+               expect_head: str | None = None) -> VerifyReport:
+        """Recompute the hash chain, every recorded ε and the stored record sets.
+
+        :param anchor: an anchor file to check against (default: the ledger's own anchor).
+        :param expect_head: a head hash recorded elsewhere; it must be in the chain.
+        """
+        scan = self._scan()
+        error, bad = scan.error, scan.first_bad
+        anchor_path = Path(anchor) if anchor is not None else self.anchor
+        if error is None and anchor_path is not None:
+            if not anchor_path.exists():
+                error = f"anchor file {anchor_path} does not exist"
+            else:
+                error = self._anchor_problem(anchor_path)
+        if error is None and expect_head is not None:
+            error = self._prefix_problem(None, expect_head.strip().lower())
+        return VerifyReport(ok=error is None, count=scan.count, head=scan.head, epsilon=scan.epsilon,
+                            delta=scan.delta, error=error, first_bad=bad)
+
+    def _entry(self, item: _Item) -> LedgerEntry:
+        row = item.row
+        return LedgerEntry(
+            id=row["id"], created=row["created"], status=item.status, site=row["site"], run=row["run"],
+            round=row["round"], steps=row["steps"],
+            noise_multiplier=row["noise_multiplier"] if row["noise_multiplier"] is not None else 0.0,
+            delta=row["delta"], epsilon=item.epsilon,
+            budget=row["budget"] if row["budget"] is not None else math.inf,
+            mechanism=row["mechanism"], note=item.note,
+        )
+
+    def entries(self) -> list[LedgerEntry]:
+        """Reservations (with their current status), refusals and migrated totals, in order."""
+        return [self._entry(item) for item in self._scan().items.values()]
+
+    def entry(self, entry_id: int) -> LedgerEntry:
+        item = self._scan().items.get(entry_id)
+        if item is None:
+            raise LedgerError(f"{self.path}: no entry {entry_id}")
+        return self._entry(item)
+
+    def events(self) -> list[dict[str, Any]]:
+        """The raw chain rows (for audit), increments and profiles decoded."""
+        out = []
+        for row in self._rows():
+            row = dict(row)
+            for key in ("profile", "increment"):
+                if row[key] is not None:
+                    row[key] = json.loads(row[key])
+            out.append(row)
+        return out
 
     def spent_epsilon(self) -> float:
-        """Cumulative ε (at the ledger's δ) of everything reserved or released; 0 if nothing."""
-        latest = self._latest()
-        return 0.0 if latest is None else latest[0].epsilon
+        """Cumulative ε (at the ledger's δ) of everything reserved, released or migrated; 0 if nothing."""
+        return self._scan().epsilon
 
-    def accountant_state(self) -> dict[str, Any] | None:
-        """The accountant state of everything that counts, or ``None`` for a fresh ledger."""
-        latest = self._latest()
-        return None if latest is None else latest[1]
+    def total_rdp(self) -> tuple[list[float], list[float]] | None:
+        """(orders, total RDP curve) of everything that counts, or ``None`` before the first spend."""
+        scan = self._scan()
+        if scan.orders is None or scan.total is None:
+            return None
+        return [float(a) for a in scan.orders], [float(v) for v in scan.total]
 
     def total_steps(self) -> int:
-        row = self._db.execute(f"SELECT COALESCE(SUM(steps), 0) FROM entries WHERE status IN {COUNTING}").fetchone()
-        return int(row[0])
+        return sum(e.steps for e in self.entries() if e.status in COUNTING)
 
     def summary(self) -> dict[str, Any]:
-        """Site, mechanism, δ, ε spent, latest budget and remaining, steps, entry counts."""
+        """Site, unit, δ, ε spent, latest budget and remaining, steps, entry counts, chain head."""
         meta = self.meta()
-        entries = self.entries()
+        scan = self._scan()
+        entries = [self._entry(item) for item in scan.items.values()]
         counts = {s: sum(e.status == s for e in entries) for s in ("reserved", "released", "withheld", "refused")}
-        latest_budget = entries[-1].budget if entries else None
-        spent = self.spent_epsilon()
+        migrated = sum(e.status == "migrated" for e in entries)
+        if migrated:
+            counts["migrated"] = migrated
+        budgets = [e.budget for e in entries if math.isfinite(e.budget)]
+        latest_budget = budgets[-1] if budgets else None
+        spent = scan.epsilon
+        mechanisms = list(dict.fromkeys(e.mechanism for e in entries if e.status in COUNTING))
         return {
             "ledger": str(self.path),
             "site": meta.get("site"),
-            "mechanism": meta.get("mechanism"),
+            "mechanism": ", ".join(mechanisms) or None,
             "unit": meta.get("unit"),
             "delta": float(meta["delta"]) if "delta" in meta else None,
             "epsilon_spent": spent,
             "epsilon_budget": latest_budget,
             "epsilon_remaining": None if latest_budget is None else max(latest_budget - spent, 0.0),
-            "steps": self.total_steps(),
+            "steps": sum(e.steps for e in entries if e.status in COUNTING),
             "counts": counts,
             "created": meta.get("created"),
+            "chain": {"count": scan.count, "head": scan.head, "verified": scan.error is None,
+                      "error": scan.error},
         }
 
     # ------------------------------------------------------------------------------ writing
-    def _check_meta(self, accountant: Accountant, delta: float, site: str | None) -> None:
-        """Bind the ledger to one mechanism, unit and δ (and site, once named) on first use;
-        refuse others later."""
-        if not 0 < delta < 1:
-            raise PrivacyError(f"delta must be in (0, 1), got {delta!r}")
-        mechanism = str(getattr(accountant, "mechanism", type(accountant).__name__))
+    def _require_valid(self, db: sqlite3.Connection) -> _Scan:
+        scan = self._scan(db)
+        if scan.error is not None:
+            raise LedgerError(
+                f"{self.path}: the ledger fails verification at "
+                f"{'row ' + str(scan.first_bad) if scan.first_bad else 'its meta table'}: {scan.error}; "
+                "refusing to record spend on a ledger edited outside GraphVeil "
+                "(`graphveil budget verify` shows the problem)"
+            )
+        if self.anchor is not None:
+            problem = self._anchor_problem(self.anchor)
+            if problem:
+                raise LedgerError(f"{self.path}: {problem}")
+        return scan
+
+    def _bind(self, db: sqlite3.Connection, scan: _Scan, accountant: Accountant, orders: np.ndarray,
+              delta: float, site: str | None) -> None:
+        """Bind the ledger to site, privacy unit, δ and order grid on first use; refuse others."""
         unit = getattr(getattr(accountant, "unit", None), "value", None) or "unknown"
-        want = {"mechanism": mechanism, "unit": unit, "delta": repr(float(delta))}
+        want = {"unit": unit, "delta": repr(float(delta)), "orders": _canonical([float(a) for a in orders])}
         if site is not None:
             want["site"] = site
-        have = self.meta()
+        new: dict[str, str] = {}
         for key, value in want.items():
-            if key not in have:
-                self._db.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
-            elif have[key] != value:
-                raise PrivacyError(
-                    f"{self.path}: ledger records {key} {have[key]!r} but this run uses {value!r}; "
-                    "spend under different sites, mechanisms, units or δ cannot be added up — "
-                    "use a separate ledger file"
-                )
+            have = scan.bound.get(key)
+            if have is None:
+                new[key] = value
+            elif have != value:
+                if key == "orders":
+                    n_have = len(json.loads(have))
+                    raise LedgerBindingError(
+                        f"{self.path}: the ledger composes RDP curves on its order grid ({n_have} orders) "
+                        f"but this run's accountant uses another ({orders.size} orders); configure the "
+                        "accountant with the ledger's grid — the default grid "
+                        "(graphveil.privacy.DEFAULT_ORDERS, i.e. leave `orders` unset) unless the ledger "
+                        "was started with another", key=key)
+                label = {"unit": "privacy unit", "delta": "δ", "site": "site"}[key]
+                raise LedgerBindingError(
+                    f"{self.path}: the ledger is bound to {label} {have!r} but this run uses {value!r}; "
+                    f"RDP spend composes only under one {label} — run with the ledger's {label}",
+                    key=key)
+        if new:
+            self._append(db, "bind", site=site or scan.bound.get("site", ""), note=_canonical(new))
+            for key, value in new.items():
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+                scan.bound[key] = value
+            scan.orders = np.asarray(json.loads(scan.bound["orders"]), dtype=float)
+            scan.delta = float(scan.bound["delta"])
+            if scan.total is None:
+                scan.total = np.zeros_like(scan.orders)
 
     def reserve(
         self,
@@ -289,13 +785,15 @@ class PrivacyLedger:
         run: str = "",
         round: int = 0,
     ) -> Reservation:
-        """Record the spend of ``steps`` more steps at σ before they run, or refuse.
+        """Record the RDP increment of ``steps`` more steps at σ before they run, or refuse.
 
-        :param accountant: a bound accountant of the run (its own history is ignored; the
-            ledger's recorded state is the starting point). It is not modified.
+        :param accountant: a bound RDP accountant of the run (its own history is ignored; only
+            its per-step curve ``rdp_curve(σ)`` on its orders is used). It is not modified.
         :raises BudgetExhaustedError: if ε after the steps would exceed ``budget`` (a
-            ``refused`` entry is recorded; nothing else changes).
-        :raises PrivacyError: on a non-positive budget or a mismatched site/mechanism/δ.
+            ``refuse`` row is recorded; nothing else changes).
+        :raises LedgerBindingError: on a site, unit, δ or order grid other than the ledger's.
+        :raises PrivacyError: on a non-positive budget, a bad σ, or an accountant without RDP.
+        :raises LedgerError: if the ledger fails verification or is behind its anchor.
         """
         if not (budget > 0 and math.isfinite(budget)):
             raise PrivacyError(f"privacy budget must be a finite ε > 0, got {budget!r}")
@@ -305,130 +803,286 @@ class PrivacyLedger:
             raise PrivacyError(
                 f"noise multiplier must be a finite σ > 0 for a release under a budget, got {noise_multiplier!r}"
             )
+        if not 0 < delta < 1:
+            raise PrivacyError(f"delta must be in (0, 1), got {delta!r}")
+        orders, mechanism = _rdp_capable(accountant)
+        if steps:
+            increment = steps * np.asarray(accountant.rdp_curve(noise_multiplier), dtype=float)  # type: ignore[attr-defined]
+        else:
+            increment = np.zeros_like(orders)
+        if increment.shape != orders.shape or np.isnan(increment).any():
+            raise PrivacyError(f"accountant {mechanism!r} gave an RDP curve that does not match its orders")
+        increment = np.maximum(increment, 0.0)
+        profile = _canonical({"mechanism": mechanism, "profile": _profile_of(accountant),
+                              "noise_multiplier": float(noise_multiplier), "steps": int(steps)})
         with self._transaction() as db:
-            self._check_meta(accountant, delta, site)
-            mechanism = self.meta()["mechanism"]
-            latest = self._latest()
-            prior = None if latest is None else latest[1]
-            spent = 0.0 if latest is None else latest[0].epsilon
-            projected = copy.deepcopy(accountant)
-            if prior is not None:
-                projected.load_state_dict(copy.deepcopy(prior))
-            if steps:
-                projected.step(noise_multiplier=noise_multiplier, num_steps=steps)
-            eps = float(projected.get_epsilon(delta))
-            if steps == 0:
-                eps = max(eps, spent)
-            name = site or self.meta().get("site", "")
-            values = (_now(), name, run, round, steps, noise_multiplier, delta, eps, budget, mechanism)
+            scan = self._require_valid(db)
+            self._bind(db, scan, accountant, orders, delta, site)
+            assert scan.orders is not None and scan.total is not None
+            spent = scan.epsilon
+            eps = _epsilon(scan.orders, scan.total + increment, float(delta))
+            name = site or scan.bound.get("site", "")
+            values = dict(site=name, run=run, round=round, steps=steps, noise_multiplier=noise_multiplier,
+                          delta=float(delta), epsilon=eps, budget=budget, mechanism=mechanism, profile=profile,
+                          increment=_curve_json(increment))
             if not eps <= budget:
-                db.execute(
-                    "INSERT INTO entries (created, status, site, run, round, steps, noise_multiplier, "
-                    "delta, epsilon, budget, mechanism, state, note) "
-                    "VALUES (?, 'refused', ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
-                    (*values, f"would reach ε={eps:.6g} > budget {budget:.6g} (spent {spent:.6g})"),
-                )
-                refusal = BudgetExhaustedError(
+                self._append(db, "refuse", **values,
+                             note=f"would reach ε={eps:.6g} > budget {budget:.6g} (spent {spent:.6g})")
+                refusal: BudgetExhaustedError | None = BudgetExhaustedError(
                     f"site {name or 'local'!r}: {steps} more steps at σ={noise_multiplier:.4g} would bring ε to "
                     f"{eps:.4g} (δ={delta:.3g}), past its budget {budget:.4g}; already spent {spent:.4g}",
                     projected_epsilon=eps, budget=budget, spent=spent,
                 )
             else:
                 refusal = None
-                state = projected.state_dict()
-                blob = _dump_state(state)
-                self._check_round_trip(accountant, blob, eps, delta)
-                cur = db.execute(
-                    "INSERT INTO entries (created, status, site, run, round, steps, noise_multiplier, "
-                    "delta, epsilon, budget, mechanism, state, note) "
-                    "VALUES (?, 'reserved', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '')",
-                    (*values, blob),
-                )
-                entry_id = int(cur.lastrowid)
+                entry_id = self._append(db, "reserve", **values)
         if refusal is not None:
             raise refusal
-        return Reservation(entry_id, prior, json.loads(blob), eps, delta, budget, steps)
-
-    def _check_round_trip(self, accountant: Accountant, blob: str, eps: float, delta: float) -> None:
-        """Refuse to record a state this ledger could not restore to the same ε."""
-        probe = copy.deepcopy(accountant)
-        probe.load_state_dict(json.loads(blob))
-        again = float(probe.get_epsilon(delta))
-        if not math.isclose(again, eps, rel_tol=1e-9, abs_tol=1e-12):
-            raise LedgerError(
-                f"accountant {type(accountant).__name__} does not restore from its recorded state "
-                f"(ε {eps!r} became {again!r}); refusing to record spend it cannot reproduce"
-            )
+        return Reservation(entry_id, tuple(float(v) for v in increment), tuple(float(a) for a in orders),
+                           eps, float(delta), float(budget), int(steps), float(noise_multiplier))
 
     def release(self, reservation: Reservation, accountant: Accountant) -> LedgerEntry:
         """Confirm a reservation with the accountant that ran; call just before the output leaves.
 
-        If the accountant reports more than was reserved, the larger spend is recorded first;
-        if it is past the budget the entry becomes ``withheld`` and
-        :class:`BudgetExhaustedError` is raised: the output must not leave the site.
+        ``accountant`` must hold only this run's steps (``total_rdp()`` is compared pointwise with
+        the reserved increment). If it is larger, the larger increment is recorded first; if that
+        is past the budget, or later reservations were already built on the reserved increment,
+        the entry becomes ``withheld`` and :class:`BudgetExhaustedError` is raised: the output
+        must not leave the site.
         """
-        eps = float(accountant.get_epsilon(reservation.delta))
+        orders, _ = _rdp_capable(accountant)
+        if orders.shape != (len(reservation.orders),) or not np.array_equal(orders, reservation.orders):
+            raise LedgerError(f"{self.path}: the accountant that ran uses another RDP order grid than the reservation")
+        actual = np.maximum(np.asarray(accountant.total_rdp(), dtype=float), 0.0)  # type: ignore[attr-defined]
+        reserved = np.asarray(reservation.increment, dtype=float)
+        with np.errstate(invalid="ignore"):
+            over = actual > reserved * (1 + _REL_TOL) + 1e-12
+        over &= ~np.isinf(reserved)
+        withheld_eps: float | None = None
         with self._transaction() as db:
-            row = db.execute("SELECT status FROM entries WHERE id = ?", (reservation.entry_id,)).fetchone()
-            if row is None or row[0] != "reserved":
-                raise LedgerError(
-                    f"{self.path}: entry {reservation.entry_id} is {row[0] if row else 'missing'}, not reserved"
-                )
-            status, note = "released", ""
-            if eps > reservation.epsilon * (1 + _REL_TOL) + 1e-12:
-                note = f"accountant reported ε={eps:.6g} > reserved {reservation.epsilon:.6g}; recorded the larger"
-                newer = db.execute(
-                    f"SELECT COUNT(*) FROM entries WHERE id > ? AND status IN {COUNTING}", (reservation.entry_id,)
-                ).fetchone()[0]
-                if newer:
-                    # Later reservations were built on the smaller state: the excess cannot be
-                    # added behind them, so this output must not leave.
-                    status, note = "withheld", note.replace("recorded the larger", "later rounds built on the reserved state")
+            scan = self._scan(db)
+            item = scan.items.get(reservation.entry_id)
+            if item is None or item.row["kind"] != "reserve" or item.status != "reserved":
+                status = "missing" if item is None else item.status
+                raise LedgerError(f"{self.path}: entry {reservation.entry_id} is {status}, not reserved")
+            assert item.increment is not None and scan.total is not None and scan.orders is not None
+            ref = reservation.entry_id
+            if over.any():
+                new = np.maximum(item.increment, actual)
+                eps = _epsilon(scan.orders, scan.total - item.increment + new, reservation.delta)
+                note = (f"the steps that ran have a larger RDP curve than reserved (ε {eps:.6g} > "
+                        f"{item.epsilon:.6g}); recorded the larger")
+                if scan.last_counting != ref:
+                    # Later reservations were checked against the smaller total: the excess
+                    # cannot be added behind them, so this output must not leave.
+                    note = note.replace("recorded the larger", "later rounds built on the reserved spend")
+                    self._append(db, "withhold", ref=ref, site=item.row["site"], note=note)
+                    withheld_eps = eps
                 else:
-                    db.execute(
-                        "UPDATE entries SET epsilon = ?, state = ? WHERE id = ?",
-                        (eps, _dump_state(accountant.state_dict()), reservation.entry_id),
-                    )
+                    self._append(db, "raise", ref=ref, site=item.row["site"], delta=reservation.delta,
+                                 epsilon=eps, budget=reservation.budget, increment=_curve_json(new),
+                                 mechanism=str(getattr(accountant, "mechanism", "")), note=note)
                     if eps > reservation.budget:
-                        status = "withheld"
-            elif eps < reservation.epsilon * (1 - _REL_TOL) - 1e-12:
-                note = f"accountant reported ε={eps:.6g} < reserved {reservation.epsilon:.6g}; kept the reserved"
-            db.execute("UPDATE entries SET status = ?, note = ? WHERE id = ?", (status, note, reservation.entry_id))
+                        self._append(db, "withhold", ref=ref, site=item.row["site"], note=note + "; past the budget")
+                        withheld_eps = eps
+                    else:
+                        self._append(db, "release", ref=ref, site=item.row["site"], note=note)
+            else:
+                note = ""
+                if (actual < reserved * (1 - _REL_TOL) - 1e-12).any():
+                    note = "the steps that ran have a smaller RDP curve than reserved; kept the reserved"
+                self._append(db, "release", ref=ref, site=item.row["site"], note=note)
         entry = self.entry(reservation.entry_id)
-        if status == "withheld":
+        if withheld_eps is not None:
             raise BudgetExhaustedError(
-                f"site {entry.site!r}: the steps that ran reached ε={eps:.4g}, more than the "
+                f"site {entry.site!r}: the steps that ran reached ε={withheld_eps:.4g}, more than the "
                 f"{reservation.epsilon:.4g} reserved (budget {reservation.budget:.4g}); the update is withheld",
-                projected_epsilon=eps, budget=reservation.budget, spent=max(eps, reservation.epsilon),
+                projected_epsilon=withheld_eps, budget=reservation.budget,
+                spent=max(entry.epsilon, reservation.epsilon),
             )
         return entry
 
     def withhold(self, reservation: Reservation, note: str) -> LedgerEntry:
         """Close a reservation whose output will not leave (e.g. training failed); it still counts."""
         with self._transaction() as db:
-            row = db.execute("SELECT status FROM entries WHERE id = ?", (reservation.entry_id,)).fetchone()
-            if row is None or row[0] not in ("reserved", "withheld"):
-                raise LedgerError(
-                    f"{self.path}: entry {reservation.entry_id} is {row[0] if row else 'missing'}, not reserved"
-                )
-            if row[0] == "reserved":
-                db.execute("UPDATE entries SET status = 'withheld', note = ? WHERE id = ?", (note, reservation.entry_id))
+            item = self._scan(db).items.get(reservation.entry_id)
+            if item is None or item.row["kind"] != "reserve" or item.status not in ("reserved", "withheld"):
+                status = "missing" if item is None else item.status
+                raise LedgerError(f"{self.path}: entry {reservation.entry_id} is {status}, not reserved")
+            if item.status == "reserved":
+                self._append(db, "withhold", ref=reservation.entry_id, site=item.row["site"], note=note)
         return self.entry(reservation.entry_id)
 
-    def entry(self, entry_id: int) -> LedgerEntry:
-        row = self._db.execute(f"SELECT {self._COLUMNS} FROM entries WHERE id = ?", (entry_id,)).fetchone()
+    # ------------------------------------------------------------------------------ record sets
+    def save_records(self, key: str, records: torch.Tensor) -> None:
+        """Store the degree-capped record set Ē under ``key`` (once; its SHA-256 is chained).
+
+        :raises LedgerError: if ``key`` already holds different content, or the ledger fails
+            verification.
+        """
+        import torch
+
+        if not isinstance(records, torch.Tensor) or records.dim() != 2 or records.shape[1] != 2:
+            raise LedgerError(f"record set {key!r} must be an (m, 2) tensor, got "
+                              f"{getattr(records, 'shape', type(records).__name__)}")
+        if records.dtype.is_floating_point or records.dtype.is_complex or records.dtype == torch.bool:
+            raise LedgerError(f"record set {key!r} must hold integer ids, got {records.dtype}")
+        buf = io.BytesIO()
+        np.save(buf, records.detach().cpu().numpy().astype(np.int64), allow_pickle=False)
+        blob = buf.getvalue()
+        sha = _sha(blob)
+        with self._transaction() as db:
+            scan = self._require_valid(db)
+            if key in scan.records:
+                if scan.records[key][1] == sha:
+                    return
+                raise LedgerError(
+                    f"{self.path}: record set {key!r} is already stored (row {scan.records[key][0]}) with "
+                    "different content; the degree-capped record set of a dataset is fixed once chosen"
+                )
+            info = _canonical({"key": key, "sha256": sha, "shape": [int(records.shape[0]), 2]})
+            rid = self._append(db, "records", site=scan.bound.get("site", ""), note=info)
+            db.execute("INSERT INTO records (key, entry, sha256, data) VALUES (?, ?, ?, ?)",
+                       (key, rid, sha, sqlite3.Binary(blob)))
+
+    def load_records(self, key: str) -> torch.Tensor | None:
+        """The record set stored under ``key`` (int64, (m, 2)), or ``None``.
+
+        :raises LedgerError: if the stored bytes do not match the chained SHA-256.
+        """
+        import torch
+
+        row = self._db.execute("SELECT entry, sha256, data FROM records WHERE key = ?", (key,)).fetchone()
         if row is None:
-            raise LedgerError(f"{self.path}: no entry {entry_id}")
-        return self._row(row)
+            return None
+        chained = self._db.execute("SELECT note FROM entries WHERE id = ? AND kind = 'records'", (row[0],)).fetchone()
+        blob = bytes(row[2])
+        if chained is None or json.loads(chained[0]).get("sha256") != _sha(blob) or row[1] != _sha(blob):
+            raise LedgerError(f"{self.path}: record set {key!r} does not match its chained SHA-256 (modified)")
+        array = np.load(io.BytesIO(blob), allow_pickle=False)
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64))
+
+    # ------------------------------------------------------------------------------ migration
+    def _migrate_v1(self) -> None:
+        """Migrate a schema-1 ledger in one transaction (see the module docstring)."""
+        db = self._db
+        with self._transaction():
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if meta.get("schema_version") != "1":
+                return  # another process migrated it meanwhile
+            rows = db.execute(
+                "SELECT id, status, site, steps, epsilon, delta, mechanism, state FROM entries "
+                "WHERE status IN ('reserved', 'released', 'withheld') ORDER BY id"
+            ).fetchall()
+            migrate: dict[str, Any] | None = None
+            binding: dict[str, str] = {}
+            if "site" in meta:
+                binding["site"] = meta["site"]
+            if rows:
+                last = rows[-1]
+                state = json.loads(last[7])
+                orders, curve, unit = _rebuild_v1_curve(self.path, state, float(last[5]), float(last[4]))
+                binding.update({"unit": unit, "delta": repr(float(last[5])),
+                                "orders": _canonical([float(a) for a in orders])})
+                migrate = dict(
+                    site=last[2], steps=sum(int(r[3]) for r in rows), delta=float(last[5]),
+                    epsilon=_epsilon(orders, curve, float(last[5])), budget=None, mechanism=str(last[6]),
+                    profile=_canonical({"mechanism": state.get("mechanism"), "profile": state.get("profile"),
+                                        "history": state.get("history"), "v1_entries": len(rows),
+                                        "v1_epsilon": float(last[4])}),
+                    increment=_curve_json(curve),
+                    note=f"migrated from schema v1: total of {len(rows)} counting entries "
+                         f"(ε={float(last[4]):.6g}); v1 rows kept in table entries_v1",
+                )
+            db.execute("ALTER TABLE entries RENAME TO entries_v1")
+            for stmt in filter(str.strip, _SCHEMA.split(";")):
+                db.execute(stmt)
+            for key in ("mechanism", "unit", "delta", "site"):
+                if key in meta:
+                    db.execute("DELETE FROM meta WHERE key = ?", (key,))
+                    db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"v1_{key}", meta[key]))
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('ledger_id', ?)", (secrets.token_hex(16),))
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (_now(),))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('migrated', ?)", (_now(),))
+            if binding:
+                self._append(db, "bind", site=binding.get("site", ""), note=_canonical(binding))
+                for key, value in binding.items():
+                    db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+            if migrate is not None:
+                self._append(db, "migrate", **migrate)
 
 
-def format_summary(summary: Mapping[str, Any], entries: list[LedgerEntry]) -> str:
+def _read_anchor(path: Path) -> tuple[int, str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        count, head = int(data["count"]), str(data["hash"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LedgerError(f"{path}: not a ledger anchor ({exc})") from exc
+    if count < 0 or len(head) != 64:
+        raise LedgerError(f"{path}: not a ledger anchor (count {count}, hash {head!r})")
+    return count, head
+
+
+def _rebuild_v1_curve(path: Path, state: Mapping[str, Any], delta: float,
+                      v1_epsilon: float) -> tuple[np.ndarray, np.ndarray, str]:
+    """Replay a v1 accountant state with the installed plugin: (orders, total RDP, unit)."""
+    from graphveil.profiles import (
+        SamplingKind,
+        SamplingProfile,
+        SensitivityKind,
+        SensitivityProfile,
+    )
+
+    mechanism = state.get("mechanism")
+    hint = (f"; {path} is left unchanged (schema v1) — install the plugin providing {mechanism!r} and "
+            f"reopen it, or run `graphveil budget migrate --ledger {path}`")
+    try:
+        from graphveil.host import default_host
+
+        orders = [float(a) for a in state.get("orders") or ()]
+        params = {} if not orders or tuple(orders) == tuple(DEFAULT_ORDERS) else {"orders": orders}
+        accountant = default_host().create("accountant", str(mechanism), params)
+        _rdp_capable(accountant)
+        profile = dict(state.get("profile") or {})
+        unit = accountant.unit
+        degree_cap = profile.get("K")
+        sampling = SamplingProfile(
+            kind=SamplingKind(profile["sampling"]), rate=float(profile["gamma"]),
+            num_records=int(profile.get("m", 1)), num_nodes=int(profile.get("n", 0)),
+            degree_cap=None if degree_cap is None else int(degree_cap), k_neg=int(profile.get("k_neg", 0)))
+        sensitivity = SensitivityProfile(kind=SensitivityKind(profile["sensitivity"]), unit=unit, clip_norm=1.0)
+        accountant.bind(sampling, sensitivity)
+        accountant.load_state_dict(dict(state))  # refuses another profile or order grid
+        curve = np.maximum(np.asarray(accountant.total_rdp(), dtype=float), 0.0)  # type: ignore[attr-defined]
+        grid = np.asarray(accountant.orders, dtype=float)  # type: ignore[attr-defined]
+    except Exception as exc:
+        raise LedgerError(f"{path}: cannot rebuild the RDP curve of the v1 ledger's spend "
+                          f"({type(exc).__name__}: {exc}){hint}") from exc
+    eps = _epsilon(grid, curve, delta)
+    if not math.isclose(eps, v1_epsilon, rel_tol=1e-6, abs_tol=1e-9):
+        raise LedgerError(f"{path}: the rebuilt RDP curve gives ε={eps!r}, the v1 ledger recorded "
+                          f"ε={v1_epsilon!r}{hint}")
+    return grid, curve, str(getattr(unit, "value", unit))
+
+
+def format_summary(summary: Mapping[str, Any], entries: Sequence[LedgerEntry]) -> str:
     """The human view of ``graphveil budget show``."""
 
     def num(v: Any) -> str:
         return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
 
-    lines = [
+    lines: list[str] = []
+    chain = summary.get("chain") or {}
+    if chain and not chain.get("verified", True):
+        lines += [
+            "!" * 78,
+            "WARNING    THIS LEDGER FAILS VERIFICATION — it was edited outside GraphVeil.",
+            f"           {chain.get('error')}",
+            "           The ε below is NOT a trustworthy record of spend; reservations are refused.",
+            "!" * 78,
+        ]
+    lines += [
         f"ledger     {summary['ledger']}",
         f"site       {num(summary['site'])}",
         f"mechanism  {num(summary['mechanism'])} ({num(summary['unit'])}-level)",
@@ -438,6 +1092,8 @@ def format_summary(summary: Mapping[str, Any], entries: list[LedgerEntry]) -> st
         f"steps      {summary['steps']}",
         "entries    " + ", ".join(f"{k} {v}" for k, v in summary["counts"].items()),
     ]
+    if chain:
+        lines.append(f"chain      {chain.get('count')} rows, head {chain.get('head')}")
     if summary["counts"].get("reserved"):
         lines.append("note       reserved entries were never confirmed (site stopped mid-round); they count in full")
     if entries:

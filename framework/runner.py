@@ -11,6 +11,7 @@ from graphveil.config import RunConfig
 from graphveil.data import RelationalGraph
 from graphveil.host import PluginHost
 from graphveil.outputs import RunDirectory, format_table
+from graphveil.records_store import RecordsStore
 from graphveil.session import TrainingSession
 
 RESULT_COLUMNS = [
@@ -22,15 +23,21 @@ RESULT_COLUMNS = [
 
 def run_training(config: RunConfig, *, host: PluginHost | None = None,
                  graph: RelationalGraph | None = None,
-                 session: TrainingSession | None = None) -> dict[str, Any]:
+                 session: TrainingSession | None = None,
+                 records_store: RecordsStore | None = None) -> dict[str, Any]:
     """Assemble (refusing mismatches before any data is read), prepare, train, evaluate, save.
+
+    ``config.resolved.yaml`` holds the validated config: the sampling seed only if the user
+    fixed one, a noise seed only if the user set ``privacy.research_noise_seed`` (recorded in
+    ``privacy.json`` too); CSPRNG noise has no seed to write. ``records_store`` keeps the
+    degree-capped Ē across runs on the same graph (see :class:`TrainingSession`).
 
     The run directory appears under its final name only when everything has been written.
     """
     if config.threads:
         torch.set_num_threads(config.threads)
     started = time.perf_counter()
-    session = session or TrainingSession(config, host=host, graph=graph)
+    session = session or TrainingSession(config, host=host, graph=graph, records_store=records_store)
     session.assemble()
     session.prepare()
     out = RunDirectory(config.output.dir or RunDirectory.default_for(config.name))

@@ -15,14 +15,14 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from graphveil.components import Sampler, TupleBatch
-from graphveil.errors import ConfigError, DataError
+from graphveil.errors import ConfigError, DataError, PrivacyError
 from graphveil.profiles import SamplingProfile
 
 if TYPE_CHECKING:
@@ -158,6 +158,47 @@ class PoissonTupleSampler(Sampler):
     def _validate(self, num_records: int, num_nodes: int) -> None:
         """Extra checks on the prepared sizes (default: none)."""
 
+    def preprocessing_params(self) -> dict[str, Any] | None:
+        """Options of a randomized preprocessing whose outcome must be persisted (default: none).
+
+        ``None``: the records are a deterministic function of the graph (here: every edge).
+        A subclass that draws its records at random (degree capping) returns the options that
+        determine them, and the session then keeps them in its :class:`RecordsStore`.
+        """
+        return None
+
+    def check_records(self, graph: RelationalGraph, records: torch.Tensor) -> torch.Tensor:
+        """Validate stored records against ``graph``: ``(m, 2)`` integer entity indices, each an
+        edge of ``graph`` (either orientation), no duplicates.
+
+        :returns: the records as ``(m, 2)`` int64, each row ordered ``u < v``.
+        :raises PrivacyError: naming what is wrong (the stored Ē does not belong to this graph).
+        """
+        where = f"stored records for graph {graph.name!r}"
+        if not isinstance(records, torch.Tensor) or records.ndim != 2 or records.shape[1] != 2:
+            raise PrivacyError(f"{where}: expected an (m, 2) tensor, got "
+                               f"{tuple(records.shape) if isinstance(records, torch.Tensor) else type(records)}")
+        if records.dtype.is_floating_point or records.dtype.is_complex or records.dtype == torch.bool:
+            raise PrivacyError(f"{where}: entity indices must be integers, got {records.dtype}")
+        records = records.to(torch.long)
+        n = graph.num_nodes
+        if records.numel() and (int(records.min()) < 0 or int(records.max()) >= n):
+            raise PrivacyError(f"{where}: entity index outside 0..{n - 1}")
+        records = torch.sort(records, dim=1).values
+        codes = records[:, 0] * n + records[:, 1]
+        edges = torch.sort(graph.edges.to(torch.long), dim=1).values
+        known = edges[:, 0] * n + edges[:, 1]
+        missing = ~torch.isin(codes, known)
+        if bool(missing.any()):
+            u, v = records[int(missing.nonzero()[0])].tolist()
+            raise PrivacyError(
+                f"{where}: ({graph.entity_ids[u]!r}, {graph.entity_ids[v]!r}) is not a relation of "
+                "the training graph; the store belongs to other data"
+            )
+        if codes.unique().numel() != codes.numel():
+            raise PrivacyError(f"{where}: a relation is stored more than once")
+        return records
+
     def _degree_cap(self) -> int | None:
         return None
 
@@ -170,11 +211,18 @@ class PoissonTupleSampler(Sampler):
         return torch.randint(0, self.profile.num_nodes, (count, self.params.k_neg), generator=generator)
 
     # ---------------------------------------------------------------- Sampler API
-    def prepare(self, graph: RelationalGraph, generator: torch.Generator) -> SamplingProfile:
+    def prepare(self, graph: RelationalGraph, generator: torch.Generator,
+                records: torch.Tensor | None = None) -> SamplingProfile:
+        """Fix the record set (computed, or ``records`` from a store after :meth:`check_records`)
+        and return the sampling profile.
+        """
         edges = graph.edges
         if edges.ndim != 2 or edges.shape[1] != 2:
             raise DataError(f"graph {graph.name!r}: edges must be (m, 2), got {tuple(edges.shape)}")
-        records = self._records(graph, generator).to(torch.long)
+        if records is None:
+            records = self._records(graph, generator).to(torch.long)
+        else:
+            records = self.check_records(graph, records)
         m, n, b = int(records.shape[0]), graph.num_nodes, self.params.batch_size
         if m == 0:
             raise DataError(f"graph {graph.name!r} has no edges to sample positives from")

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,7 +25,12 @@ from graphveil.data import RelationalGraph
 from graphveil.errors import ConfigError, PrivacyError
 from graphveil.evaluation import relation_prediction
 from graphveil.host import PluginHost, default_host
-from graphveil.profiles import SensitivityKind, check_compatible
+from graphveil.privacy.delta import DEFAULT_DELTA_RULE, default_delta, delta_too_large
+from graphveil.profiles import PrivacyUnit, SensitivityKind, check_compatible
+from graphveil.records_store import RecordsStore, records_key
+
+if TYPE_CHECKING:
+    from graphveil.engine.noise import GaussianNoise
 
 log = logging.getLogger(__name__)
 
@@ -35,23 +41,39 @@ class TrainingSession:
     :param config: the validated run configuration.
     :param host: plugin host (default: every installed plugin).
     :param graph: the whole graph to split; ``None`` loads ``config.data``.
+    :param records_store: where the sampler's randomized preprocessing (the degree-capped Ē)
+        is kept per (training graph, sampler, options), so it is drawn once and reused by every
+        later run or round (:mod:`graphveil.records_store`); ``None``: computed per session.
+
+    Randomness: :attr:`generator` is the SAMPLING generator only (batches, negatives, degree
+    capping), seeded with ``config.seed`` or, if that is ``None``, with fresh OS entropy that is
+    kept nowhere. DP noise never comes from it: :attr:`noise` draws from the OS CSPRNG (or,
+    with ``privacy.research_noise_seed``, from its own generator).
     """
 
     def __init__(self, config: RunConfig, *, host: PluginHost | None = None,
-                 graph: RelationalGraph | None = None) -> None:
+                 graph: RelationalGraph | None = None, records_store: RecordsStore | None = None) -> None:
         self.config = config
         self.host = host or default_host()
         self.graph = graph
-        self.generator = torch.Generator().manual_seed(config.seed)
+        self.records_store = records_store
+        self.sampling_seed_fixed = config.seed is not None
+        sampling_seed = config.seed if config.seed is not None else secrets.randbits(63)
+        self.generator = torch.Generator().manual_seed(sampling_seed)
+        del sampling_seed
+        self.noise: GaussianNoise | None = None
         self.sampler: Sampler | None = None
         self.clipper: Clipper | None = None
         self.accountant: Accountant | None = None
         self.encoder: Encoder | None = None
         self.noise_multiplier: float = 0.0
         self.delta: float = 0.0
+        self.delta_rule: str = DEFAULT_DELTA_RULE
+        self.num_units: int = 0
         self.steps_done = 0
         self.tuples_used = 0
         self._prepared = False
+        self.records_key: str | None = None
 
     # ------------------------------------------------------------------ assemble (no data)
     def assemble(self) -> None:
@@ -98,12 +120,15 @@ class TrainingSession:
         )
         self.train_nodes = self._global_index(self.train_graph)
         self.test_nodes = self._global_index(self.test_graph)
-        profile = self.sampler.prepare(self.train_graph, self.generator)
+        profile = self._prepare_sampler()
         self.sampling_profile = profile
         self.clipper.bind(profile)
         self.accountant.bind(profile, self.clipper.profile)
-        self.delta = cfg.privacy.delta if cfg.privacy.delta is not None else 1.0 / max(profile.num_records, 2)
+        self._choose_delta()
         if cfg.privacy.enabled:
+            from graphveil.engine.noise import GaussianNoise
+
+            self.noise = GaussianNoise(research_seed=cfg.privacy.research_noise_seed)
             if cfg.privacy.noise_multiplier is not None:
                 self.noise_multiplier = cfg.privacy.noise_multiplier
             else:
@@ -115,6 +140,54 @@ class TrainingSession:
         self.encoder.prepare(self.graph)
         self.optimizer = self._build_optimizer()
         self._prepared = True
+
+    def _prepare_sampler(self) -> Any:
+        """``sampler.prepare`` on the training side, reusing a stored record set when there is one.
+
+        Only samplers with a randomized preprocessing (:class:`PreprocessingSampler` whose
+        ``preprocessing_params()`` is not ``None``, e.g. degree capping) use the store: the key
+        is :func:`records_key` (training graph, sampler name, those options); a stored Ē is
+        validated by the sampler (PrivacyError if it does not fit this graph), a new one saved.
+        """
+        sampler, store = self.sampler, self.records_store
+        hook = getattr(sampler, "preprocessing_params", None)  # PreprocessingSampler (optional API)
+        params = hook() if callable(hook) else None
+        self.records_key = None
+        if store is None or params is None:
+            return sampler.prepare(self.train_graph, self.generator)
+        key = records_key(self.train_graph, self.config.sampler.name, params)
+        self.records_key = key
+        stored = store.load_records(key)
+        if stored is not None:
+            profile = sampler.prepare(self.train_graph, self.generator, records=stored)
+            log.info("reusing the stored record set (%d records) for %s", profile.num_records, key)
+            return profile
+        profile = sampler.prepare(self.train_graph, self.generator)
+        store.save_records(key, sampler.records)
+        return profile
+
+    def _choose_delta(self) -> None:
+        """δ: explicit, or :func:`~graphveil.privacy.default_delta` of the number of privacy units.
+
+        Units: training entities (node-level), training relations before capping (edge-level).
+        An explicit δ ≥ 1/n is honoured with a warning naming n.
+        """
+        cfg = self.config
+        unit = getattr(self.sampler, "unit", None)
+        self.num_units = (self.train_graph.num_edges if unit is PrivacyUnit.EDGE
+                          else self.train_graph.num_nodes)
+        if cfg.privacy.delta is None:
+            self.delta, self.delta_rule = default_delta(self.num_units), DEFAULT_DELTA_RULE
+            return
+        self.delta, self.delta_rule = float(cfg.privacy.delta), "explicit"
+        if cfg.privacy.enabled and delta_too_large(self.delta, self.num_units):
+            log.warning(
+                "privacy.delta=%.3g is not below 1/n for n=%d privacy units (%s-level: %s): a "
+                "mechanism may then publish one unit's data in the clear and still satisfy the "
+                "claim; the default rule would give %.0e", self.delta, self.num_units,
+                getattr(unit, "value", unit), "training relations" if unit is PrivacyUnit.EDGE
+                else "training entities", default_delta(self.num_units),
+            )
 
     def _global_index(self, sub: RelationalGraph) -> torch.Tensor:
         position = {eid: i for i, eid in enumerate(self.graph.entity_ids)}
@@ -153,7 +226,7 @@ class TrainingSession:
     def train(self, num_steps: int | None = None,
               on_step: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Run ``num_steps`` steps (default: ``training.steps``); every step is accounted."""
-        from graphveil.engine.dp_step import GaussianNoise, LossSpec, dp_step, nonprivate_step
+        from graphveil.engine.dp_step import LossSpec, dp_step, nonprivate_step
 
         self.prepare()
         cfg = self.config
@@ -166,7 +239,7 @@ class TrainingSession:
         losses = []
         step_fn = dp_step if private else nonprivate_step
         loss_spec = LossSpec.from_config(cfg.training)
-        noise = GaussianNoise(self.generator, secure=cfg.privacy.secure_rng) if private else None
+        noise = self.noise if private else None
         for _ in range(steps):
             batch = self._to_global(self.sampler.sample(self.generator))
             metrics = step_fn(
@@ -232,6 +305,18 @@ class TrainingSession:
             "clip_scale": getattr(self.clipper, "kappa", None),
             "steps": self.steps_done,
             "delta": self.delta,
+            # δ given in the config ("explicit") or the default rule of graphveil.privacy.default_delta
+            "delta_rule": self.delta_rule,
+            # n: training entities (node-level) or training relations before capping (edge-level)
+            "num_units": self.num_units,
+            # "csprng-4sum": OS CSPRNG, (z1+z2+z3+z4)/2 per coordinate; "research-seed": the
+            # noise is reproducible from privacy.research_noise_seed (and subtractable)
+            "noise": self.noise.mode if self.noise is not None else None,
+            "research_noise_seed_set": cfg.privacy.research_noise_seed is not None,
+            # "fixed": config seed (batches reproducible by whoever knows it; amplification by
+            # subsampling assumes they are secret); "fresh": OS entropy, written nowhere
+            "sampling_seed": "fixed" if self.sampling_seed_fixed else "fresh",
+            "dataset": self._dataset_scope(),
             "sampling_profile": {k: (v.value if hasattr(v, "value") else v)
                                  for k, v in vars(self.sampling_profile).items()},
         }
@@ -241,6 +326,27 @@ class TrainingSession:
         else:
             report["epsilon"] = math.inf
         return report
+
+    def _dataset_scope(self) -> dict[str, Any]:
+        """What the guarantee is with respect to, with the exact sizes (run directory only)."""
+        cfg, profile = self.config, self.sampling_profile
+        unit = getattr(self.sampler, "unit", None)
+        if not cfg.privacy.enabled:
+            claim = "none (non-private run)"
+        elif unit is PrivacyUnit.NODE:
+            claim = (f"node-level DP w.r.t. the degree-capped relation set Ē (K={profile.degree_cap}) "
+                     "of the training side of the keyed entity split")
+        else:
+            claim = f"{getattr(unit, 'value', unit)}-level DP w.r.t. the relations of the training side of the keyed entity split"
+        return {
+            "claim": claim,
+            "split": {"rule": "HMAC-SHA256(data.split.seed, entity id) / 2^64 < train_fraction",
+                      "train_fraction": cfg.data.split.train_fraction},
+            "entities": self.train_graph.num_nodes,
+            "relations": self.train_graph.num_edges,
+            "records": profile.num_records,
+            "records_persisted": self.records_key is not None,
+        }
 
 
 def _progress(total: int, enabled: bool, desc: str) -> Any:

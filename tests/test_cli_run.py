@@ -43,6 +43,11 @@ def test_private_run_writes_complete_run_directory(tmp_path: Path, capsys) -> No
     assert privacy["accountant"] == "coupled_rdp_freq" and privacy["steps"] == 4
     assert 0 < privacy["epsilon"] <= 8.0 + 1e-9
     assert privacy["noise_multiplier"] > 0
+    # issue 6: CSPRNG noise, fresh sampling seed, δ by the default rule; no noise seed written
+    assert privacy["noise"] == "csprng-4sum" and privacy["sampling_seed"] == "fresh"
+    assert privacy["delta_rule"] != "explicit" and privacy["delta"] < 1 / privacy["num_units"]
+    resolved = yaml.safe_load((out / "config.resolved.yaml").read_text())
+    assert resolved["seed"] is None and resolved["privacy"]["research_noise_seed"] is None
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [x for x in lines if "step" in x]
     assert [x["step"] for x in steps] == [1, 2, 3, 4]

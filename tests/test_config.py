@@ -66,3 +66,20 @@ def test_override_syntax() -> None:
     assert parse_override("a.b=[1, 2]") == (["a", "b"], [1, 2])
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_override("novalue")
+
+
+def test_seeds_default_to_fresh_and_research_noise_seed_is_opt_in(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, GOOD))
+    assert cfg.seed is None and cfg.privacy.research_noise_seed is None
+    assert cfg.data.split.seed == 0  # the split key, not a training seed
+    cfg = load_config(write(tmp_path, GOOD), ["seed=4", "privacy.research_noise_seed=9"])
+    assert cfg.seed == 4 and cfg.privacy.research_noise_seed == 9
+
+
+def test_removed_secure_rng_names_the_replacement(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("privacy: {target_epsilon: 4}", "privacy: {target_epsilon: 4, secure_rng: true}"))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: privacy: privacy.secure_rng was removed")
+    assert "always drawn from the OS CSPRNG" in msg and "privacy.research_noise_seed" in msg

@@ -112,7 +112,7 @@ def test_post_clip_tuple_norms_are_below_threshold(enc):
         assert post <= clip.clip_norm * (1 + 1e-5)
     # and the step releases exactly that clipped sum divided by the expected batch size
     dp_step(enc, batch, clipper=clip, noise_multiplier=0.0, expected_batch_size=4.0,
-            optimizer=sgd0(enc), loss=INFONCE, noise=GaussianNoise(torch.Generator()))
+            optimizer=sgd0(enc), loss=INFONCE, noise=GaussianNoise())
     for j, got in enumerate(grads(enc)):
         want = sum(factors[i] * naive[i][j] for i in range(6)) / 4.0
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
@@ -128,7 +128,7 @@ def test_sigma_zero_releases_clipped_sum_over_expected_size_exactly(enc):
     engine.accumulate(factors)
     want = [g / 7.5 for g in grads(enc)]
     metrics = dp_step(enc, batch, clipper=clip, noise_multiplier=0.0, expected_batch_size=7.5,
-                      optimizer=sgd0(enc), loss=INFONCE, noise=GaussianNoise(torch.Generator()))
+                      optimizer=sgd0(enc), loss=INFONCE, noise=GaussianNoise())
     for got, w in zip(grads(enc), want, strict=True):
         assert torch.equal(got, w)
     assert metrics.batch_size == 5 and metrics.clipped_fraction == int((factors < 1).sum()) / 5 > 0
@@ -140,7 +140,7 @@ def test_noise_changes_the_update_with_the_right_scale(enc):
     released = {}
     for s in (0.0, sigma):
         dp_step(enc, batch, clipper=clip, noise_multiplier=s, expected_batch_size=b_bar,
-                optimizer=sgd0(enc), loss=INFONCE, noise=GaussianNoise(torch.Generator().manual_seed(7)))
+                optimizer=sgd0(enc), loss=INFONCE, noise=GaussianNoise(research_seed=7))
         released[s] = torch.cat([g.flatten() for g in grads(enc)])
     diff = (released[sigma] - released[0.0]) * b_bar
     assert diff.numel() > 1000
@@ -153,7 +153,7 @@ def test_same_seed_same_release(enc):
     out = []
     for _ in range(2):
         dp_step(enc, batch, clipper=clip, noise_multiplier=1.0, expected_batch_size=3.0,
-                optimizer=sgd0(enc), loss=INFONCE, noise=GaussianNoise(torch.Generator().manual_seed(11)))
+                optimizer=sgd0(enc), loss=INFONCE, noise=GaussianNoise(research_seed=11))
         out.append(grads(enc))
     assert all(torch.equal(a, b) for a, b in zip(*out, strict=True))
 
@@ -164,7 +164,7 @@ def test_empty_batch_still_adds_noise_and_steps():
     opt = build_optimizer(enc.trainable_parameters(), TrainingConfig(optimizer="sgd", lr=1.0))
     metrics = dp_step(enc, make_batch(0, 3), clipper=StandardClip(1.0), noise_multiplier=1.0,
                       expected_batch_size=10.0, optimizer=opt, loss=INFONCE,
-                      noise=GaussianNoise(torch.Generator().manual_seed(0)))
+                      noise=GaussianNoise(research_seed=0))
     assert metrics.batch_size == 0 and math.isnan(metrics.loss)
     assert metrics.as_dict()["loss"] is None
     for p, old in zip(enc.trainable_parameters(), before, strict=True):
@@ -179,7 +179,7 @@ def test_clipper_with_bad_factors_is_refused(enc):
 
     with pytest.raises(PluginError, match="Broken must return 2 factors in \\[0, 1\\]"):
         dp_step(enc, make_batch(2, 1), clipper=Broken(1.0), noise_multiplier=1.0, expected_batch_size=2.0,
-                optimizer=sgd0(enc), loss=INFONCE, noise=GaussianNoise(torch.Generator()))
+                optimizer=sgd0(enc), loss=INFONCE, noise=GaussianNoise())
 
 
 def test_anchor_must_be_an_end_of_its_positive(enc):
@@ -281,24 +281,27 @@ def test_secure_noise_is_standard_normal():
     assert z.std() == pytest.approx(1.0, rel=0.01)
     # KS statistic below the 1e-6 critical value (≈ 2.69/√n)
     assert stats.kstest(z, "norm").statistic < 2.69 / math.sqrt(z.size)
-    sample = GaussianNoise(secure=True).sample((300, 300), std=3.0)
+    sample = GaussianNoise().sample((300, 300), std=3.0)
     assert sample.dtype == torch.float32 and float(sample.std()) == pytest.approx(3.0, rel=0.02)
 
 
-def test_seeded_noise_warns_once_and_secure_not(caplog, monkeypatch):
+def test_research_seed_warns_once_and_csprng_not(caplog, monkeypatch):
     monkeypatch.setattr(noise_module, "_WARNED", False)
     with caplog.at_level(logging.WARNING, logger="graphveil.engine.noise"):
-        GaussianNoise(secure=True).sample((3,), 1.0)
+        GaussianNoise().sample((3,), 1.0)
         assert not caplog.records
-        seeded = GaussianNoise(torch.Generator().manual_seed(0))
+        seeded = GaussianNoise(research_seed=0)
         a = seeded.sample((3,), 1.0)
         seeded.sample((3,), 1.0)
-    assert len(caplog.records) == 1 and "not a cryptographically secure" in caplog.records[0].message
-    assert torch.equal(a, GaussianNoise(torch.Generator().manual_seed(0)).sample((3,), 1.0))
+        GaussianNoise(research_seed=1)
+    assert len(caplog.records) == 1 and "RESEARCH MODE" in caplog.records[0].message
+    assert torch.equal(a, GaussianNoise(research_seed=0).sample((3,), 1.0))
 
 
 def test_noise_arguments_checked():
-    with pytest.raises(ValueError, match="seeded torch.Generator"):
-        GaussianNoise()
+    with pytest.raises(TypeError):
+        GaussianNoise(torch.Generator())  # no generator can be handed in (e.g. the sampling one)
+    with pytest.raises(ValueError, match="research_seed must be an int"):
+        GaussianNoise(research_seed="7")
     with pytest.raises(ValueError, match="std"):
-        GaussianNoise(secure=True).sample((2,), float("nan"))
+        GaussianNoise().sample((2,), float("nan"))

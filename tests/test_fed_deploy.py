@@ -75,9 +75,10 @@ def test_compose_runs_one_server_and_three_authenticated_tls_sites() -> None:
         assert site["depends_on"]["register"]["condition"] == "service_completed_successfully"
         assert site["environment"]["GV_SUPERLINK"] == "superlink:8000"
     assert "make-certs.sh\" secrets/server DNS:superlink" in prepare  # SAN names the service sites dial
-    # the node config prepare.sh writes is valid for SiteSettings
+    # the node config prepare.sh writes is valid for SiteSettings, unchanged, and the shipped app's
+    # task passes its policy (else the documented compose run would refuse every round)
     block = re.search(r"<<TOML\n(.*?)\nTOML", prepare, re.S).group(1).replace("$i", "1").replace("$budget", "8.0")
-    SiteSettings.from_mapping(tomllib.loads(block))
+    _check_shipped_site(SiteSettings.from_mapping(tomllib.loads(block)))
 
 
 def test_kubernetes_manifests_reference_what_they_define() -> None:
@@ -96,8 +97,27 @@ def test_kubernetes_manifests_reference_what_they_define() -> None:
                 assert volume["persistentVolumeClaim"]["claimName"] in claims
         mounted = {m["name"] for c in pod["containers"] for m in c["volumeMounts"]}
         assert mounted == {v["name"] for v in pod["volumes"]}
-    site_toml = tomllib.loads((DEPLOY / "k8s" / "site" / "site.toml").read_text())
-    SiteSettings.from_mapping({**site_toml, "delta": 1e-6})
+    _check_shipped_site(SiteSettings.from_toml(DEPLOY / "k8s" / "site" / "site.toml"))
+
+
+def _check_shipped_site(site: SiteSettings) -> None:
+    """A shipped node config carries the whole policy, shares nothing non-private, and accepts the
+    shipped app's task as is."""
+    from flwr.common.config import flatten_dict
+
+    from graphveil.connectors.flower.settings import (
+        FederationSettings,
+        check_site_policy,
+        site_run_config,
+    )
+
+    explicit = site.model_fields_set
+    for key in ("delta", "privacy_unit", "accountants", "min_noise_multiplier", "max_steps_per_round"):
+        assert key in explicit, f"the shipped node config does not set {key}"
+    assert not site.share_utility_metrics and not site.share_epsilon
+    app = tomllib.loads((REPO / "connectors" / "flower" / "app" / "pyproject.toml").read_text())
+    fed = FederationSettings.from_run_config(flatten_dict(app["tool"]["flwr"]["app"]["config"]))
+    check_site_policy(site, fed, site_run_config(fed, site, seed=0), local_steps=fed.local_steps)
 
 
 def test_runbook_documents_every_node_config_key_and_only_real_ones() -> None:

@@ -21,7 +21,7 @@ APP = Path(__file__).resolve().parents[1] / "connectors" / "flower" / "app"
 
 def site(tmp_path: Path, **extra) -> SiteSettings:
     base = {"site-name": "bank-a", "data-path": str(tmp_path / "e.tsv"), "data-entities": str(tmp_path / "n.jsonl"),
-            "epsilon-budget": 3.0, "ledger": str(tmp_path / "l.sqlite")}
+            "epsilon-budget": 3.0, "ledger": str(tmp_path / "l.sqlite"), "delta": 1e-5, "privacy-unit": "edge"}
     return SiteSettings.from_mapping({**base, **extra})
 
 
@@ -56,7 +56,10 @@ def test_app_pyproject_is_a_valid_flower_app_whose_defaults_validate() -> None:
 
 def test_run_config_round_trips_and_names_bad_keys() -> None:
     fed = FederationSettings.from_run_config(RUN_CONFIG)
-    assert fed.local_steps == 3 and fed.task["privacy"] == {"noise_multiplier": 1.0, "delta": 1e-5}
+    assert fed.local_steps == 3 and fed.task["privacy"] == {"noise_multiplier": 1.0}
+    assert fed.sites_timeout == 600.0
+    with pytest.raises(ConfigError, match="sites-timeout"):
+        FederationSettings.from_run_config({**RUN_CONFIG, "sites-timeout": 0})
     assert FederationSettings.from_run_config(fed.to_run_config()) == fed
     with pytest.raises(ConfigError, match="unknown key 'local_steps'"):
         FederationSettings.from_run_config({**RUN_CONFIG, "local_steps": 3})
@@ -104,12 +107,20 @@ def test_round_seeds_never_repeat_and_are_fresh_without_a_pinned_seed(tmp_path: 
 def test_node_config_errors_name_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="epsilon-budget: required key is missing"):
         SiteSettings.from_mapping({"site-name": "a", "ledger": "/l", "data-source": "citeseer"})
+    with pytest.raises(ConfigError, match="privacy-unit"):
+        site(tmp_path, **{"privacy-unit": "graph"})
+    with pytest.raises(ConfigError, match="max-steps-per-round"):
+        site(tmp_path, **{"max-steps-per-round": 0})
+    defaults = site(tmp_path)
+    assert (defaults.share_utility_metrics, defaults.share_epsilon) == (False, False)  # nothing non-private by default
+    assert (defaults.min_noise_multiplier, defaults.max_steps_per_round) == (0.5, 100)
     with pytest.raises(ConfigError, match="epsilon-budget: must be a finite number > 0"):
         site(tmp_path, **{"epsilon-budget": 0.0})
     with pytest.raises(ConfigError, match="ledger: must be an absolute path"):
         site(tmp_path, ledger="ledger.sqlite")
     with pytest.raises(ConfigError, match="data-entities is required"):
-        SiteSettings.from_mapping({"site-name": "a", "ledger": "/l", "epsilon-budget": 1.0, "data-path": "/e"})
+        SiteSettings.from_mapping({"site-name": "a", "ledger": "/l", "epsilon-budget": 1.0, "data-path": "/e",
+                                   "delta": 1e-6, "privacy-unit": "edge"})
     with pytest.raises(ConfigError, match="site-name"):
         site(tmp_path, **{"site-name": "a b"})
     with pytest.raises(ConfigError, match="unknown_key"):
@@ -126,14 +137,15 @@ def test_node_config_toml_and_site_dry_run(tmp_path: Path, capsys) -> None:
     toml = tmp_path / "site.toml"
     toml.write_text(
         f'site-name = "bank-a"\ndata-path = "{tmp_path / "e.tsv"}"\ndata-entities = "{tmp_path / "n.jsonl"}"\n'
-        f'epsilon-budget = 4.0\nledger = "{tmp_path / "l.sqlite"}"\n'
+        f'epsilon-budget = 4.0\nledger = "{tmp_path / "l.sqlite"}"\ndelta = 1e-6\nprivacy-unit = "edge"\n'
     )
     assert SiteSettings.from_toml(toml).epsilon_budget == 4.0
     args = _parse(["fed", "site", "--node-config", str(toml), "--superlink", "127.0.0.1:8000",
                    "--ca", str(tmp_path / "ca.crt"), "--key", str(tmp_path / "site.key"), "--port", "9101", "--dry-run"])
     assert args.func(args) == 0
-    cmd = capsys.readouterr().out.split()
-    assert cmd[0].endswith("flower-supernode")
+    # the dry run prints the app-pinning guard's command line, then the SuperNode's
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.split()[0].endswith("flower-supernode")]
+    cmd = line.split()
     assert cmd[cmd.index("--node-config") + 1] == str(toml)
     assert cmd[cmd.index("--auth-supernode-private-key") + 1] == str(tmp_path / "site.key")
     assert "--insecure" not in cmd
@@ -151,8 +163,9 @@ def test_server_dry_run_turns_tls_and_node_auth_on(tmp_path: Path, capsys) -> No
     args = _parse(["fed", "server", "--ca", str(tmp_path / "ca.crt"), "--cert", str(tmp_path / "server.pem"),
                    "--key", str(tmp_path / "server.key"), "--port", "9999", "--dry-run"])
     assert args.func(args) == 0
-    cmd = capsys.readouterr().out.split()
-    assert cmd[0].endswith("flower-superlink")
+    # the dry run prints the Fleet gateway's command line, then the SuperLink's
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.split()[0].endswith("flower-superlink")]
+    cmd = line.split()
     assert {"--enable-supernode-auth", "--disable-runtime-dependency-installation"} <= set(cmd)
     assert cmd[cmd.index("--ssl-certfile") + 1] == str(tmp_path / "server.pem")
     assert "--insecure" not in cmd

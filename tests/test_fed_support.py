@@ -100,6 +100,18 @@ class OtherMechanism(PoissonGaussianRdp):
     mechanism: ClassVar[str] = "test_other_mechanism"
 
 
+def edge_accountant(rate: float = 0.02) -> Accountant:
+    """The real edge-level RDP accountant (dp-accounting's Poisson-subsampled Gaussian) on the
+    short order grid, bound to γ = ``rate``: what the ledger composes."""
+    from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
+    from graphveil.privacy import RdpParams
+
+    acc = EdgeRdpAccountant(RdpParams(orders=ORDERS))
+    acc.bind(SamplingProfile(SamplingKind.POISSON, rate, num_records=1000),
+             SensitivityProfile(SensitivityKind.PER_TUPLE_EDGE, PrivacyUnit.EDGE, 1.0))
+    return acc
+
+
 class FakeEncoder(torch.nn.Module):
     """Two 'LoRA' matrices; ``embed`` is irrelevant for the connector tests."""
 
@@ -129,7 +141,7 @@ class FakeEncoder(torch.nn.Module):
 
 
 class FakeSession:
-    """The TrainingSession contract with a fake encoder and the test accountant.
+    """The TrainingSession contract with a fake encoder and the edge RDP accountant at γ = 0.02.
 
     ``train`` moves every trainable tensor by ``step_size`` per step (so tests can tell exactly
     which state a site trained from) and steps the accountant once per step, like the real one.
@@ -137,11 +149,12 @@ class FakeSession:
 
     instances: ClassVar[list[FakeSession]] = []
 
-    def __init__(self, config: Any, *, graph: Any = None, host: Any = None) -> None:
+    def __init__(self, config: Any, *, graph: Any = None, host: Any = None, records_store: Any = None) -> None:
         self.config = config
         self.graph = graph
+        self.records_store = records_store
         self.encoder = FakeEncoder(seed=config.seed)
-        self.accountant = PoissonGaussianRdp()
+        self.accountant = edge_accountant()
         self.noise_multiplier = 0.0
         self.delta = 0.0
         self.tuples_used = 0
@@ -238,10 +251,13 @@ def site_context(node_id: int, node_config: dict[str, Any], run_config: dict[str
                    run_config=run_config)
 
 
-#: A run config whose task validates (the fake session ignores the components).
+#: A run config whose task validates and passes an edge-level site's policy (the fake session
+#: ignores the components). δ is the site's: the task does not set it.
 RUN_CONFIG: dict[str, Any] = {
     "num-server-rounds": 2, "local-steps": 3, "min-sites": 1,
     "task.sampler.name": "edge_poisson_decoupled", "task.clipper.name": "per_tuple_clip",
     "task.accountant.name": "edge_rdp", "task.encoder.name": "hf_lora", "task.encoder.model": "tiny-bert",
-    "task.privacy.noise_multiplier": 1.0, "task.privacy.delta": 1e-5,
+    "task.privacy.noise_multiplier": 1.0,
 }
+#: The policy keys every test site sets (δ as the unit tests' accountant expects).
+SITE_POLICY: dict[str, Any] = {"delta": 1e-5, "privacy-unit": "edge"}

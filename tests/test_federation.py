@@ -83,6 +83,7 @@ def federation(tmp_path_factory) -> Federation:
             name: write_node_config(root / f"{name}.toml", {
                 "site-name": name, "data-source": "edge_list", "data-path": str(edges),
                 "data-entities": str(entities), "epsilon-budget": 50.0, "delta": DELTA,
+                "privacy-unit": "edge", "share-epsilon": True, "share-utility-metrics": True,
                 "ledger": str(root / "ledgers" / f"{name}.sqlite"), "seed": 1, "threads": 1})
             for name, (edges, entities) in zip(SITES, parts, strict=True)
         }
@@ -196,3 +197,24 @@ def test_unregistered_supernode_is_rejected(federation: Federation) -> None:
     assert "No SuperNode found with the given public key" in loop.log("superlink")
     assert len(loop.online()) == len(SITES)
     assert not (federation.root / "ledgers" / "intruder.sqlite").exists()
+
+
+def test_fewer_sites_than_min_sites_fail_the_run_after_sites_timeout(federation: Federation) -> None:
+    """Flower 1.41's FedAvg polls for min_available_nodes forever; with three SuperNodes online and
+    min-sites = 4, the ServerApp gives up after sites-timeout, the run is marked failed, and the
+    error names min-sites and the number connected. No site is asked anything."""
+    import time
+
+    before = {n: (federation.root / "ledgers" / f"{n}.sqlite").stat().st_mtime for n in SITES}
+    started = time.monotonic()
+    run_dir, _, status = federation.loop.run(
+        {**RUN_CONFIG, "min-sites": 4, "sites-timeout": 5.0, "output-dir": str(federation.root / "short-out")},
+        timeout=300, check=False)
+    assert status["status"] == "finished:failed"
+    assert time.monotonic() - started < 240  # ended, did not wait for the 300 s run timeout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rounds"] == 0
+    assert "3 site(s) connected" in summary["error"] and "min-sites = 4" in summary["error"]
+    assert "fewer than min-sites = 4" in federation.loop.run_log(status["run-id"])  # the ServerApp's log
+    assert not (run_dir / "rounds.jsonl").exists()
+    assert {n: (federation.root / "ledgers" / f"{n}.sqlite").stat().st_mtime for n in SITES} == before

@@ -15,7 +15,7 @@ from scipy import stats
 
 from graphveil.components import TupleBatch
 from graphveil.data.graph import RelationalGraph
-from graphveil.errors import ConfigError, DataError
+from graphveil.errors import ConfigError, DataError, PrivacyError
 from graphveil.plugins import edge_dp, entity_dp
 from graphveil.plugins.edge_dp.sampler import PoissonDecoupledSampler
 from graphveil.plugins.entity_dp.degree_cap import cap_degrees
@@ -184,3 +184,32 @@ def test_plugins_register_these_classes() -> None:
     assert entity_dp.graphveil_samplers() == {
         "entity_poisson_wor": PoissonWORSampler, "entity_poisson_wr": PoissonWithReplacementNegSampler}
     assert edge_dp.graphveil_samplers() == {"edge_poisson_decoupled": PoissonDecoupledSampler}
+
+
+@settings(max_examples=40, deadline=None)
+@given(graph=graphs(), K=st.integers(1, 4), seed=st.integers(0, 2**31 - 1))
+def test_prepare_with_stored_records_reuses_them(graph: RelationalGraph, K: int, seed: int) -> None:
+    """A stored Ē (records store) is taken as is after validation; the profile matches."""
+    first = build(PoissonWORSampler, batch_size=1, k_neg=0, degree_cap=K)
+    profile = first.prepare(graph, gen(seed))
+    assert first.preprocessing_params() == {"degree_cap": K}
+    again = build(PoissonWORSampler, batch_size=1, k_neg=0, degree_cap=K)
+    flipped = first.records.flip(1)  # either orientation is accepted
+    assert again.prepare(graph, gen(seed + 1), records=flipped) == profile
+    assert torch.equal(again.records, first.records)
+    if K > 1 and int(graph.degrees().max()) > K - 1 and first.records.shape[0] > 0:
+        tighter = build(PoissonWORSampler, batch_size=1, k_neg=0, degree_cap=K - 1)
+        degrees = torch.bincount(first.records.reshape(-1), minlength=graph.num_nodes)
+        if int(degrees.max()) > K - 1:
+            with pytest.raises(PrivacyError, match=f"degree cap K={K - 1}"):
+                tighter.prepare(graph, gen(seed), records=first.records)
+
+
+def test_stored_records_shape_and_range_checked() -> None:
+    graph = make_graph(4, [(0, 1), (1, 2), (2, 3)])
+    s = build(PoissonDecoupledSampler, batch_size=1, k_neg=0)
+    assert s.preprocessing_params() is None
+    for bad, match in [(torch.tensor([0, 1]), r"\(m, 2\) tensor"), (torch.tensor([[0.0, 1.0]]), "integers"),
+                       (torch.tensor([[0, 9]]), "outside 0..3"), (torch.tensor([[0, 2]]), "not a relation")]:
+        with pytest.raises(PrivacyError, match=match):
+            s.prepare(graph, gen(0), records=bad)

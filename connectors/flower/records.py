@@ -7,8 +7,11 @@ Site → server (reply), and nothing else:
 
 * ``arrays`` — the site's updated trainable parameters (LoRA adapter weights): post-processing
   of its DP release. Absent when the site refused the round.
-* ``metrics`` — scalars: :data:`PRIVACY_METRICS` always, :data:`UTILITY_METRICS` unless the site
-  turned ``share-utility-metrics`` off (they are not privatized).
+* ``metrics`` — scalars: :data:`PUBLIC_METRICS` always (the task's own parameters and the site's
+  policy, none computed from data); :data:`SPEND_METRICS` only if the site set ``share-epsilon``
+  (ε depends on the sampling rate b/|Ē|); :data:`UTILITY_METRICS` only if the site set
+  ``share-utility-metrics`` (held-out scores). Both opt-ins are non-private releases
+  (deploy/RUNBOOK.md §5).
 * ``site`` — ``site-name``, ``status`` (:data:`STATUSES`) and, when refused or failed, a
   ``reason`` written by GraphVeil (never an exception text that could quote data).
 """
@@ -32,9 +35,21 @@ LOCAL_STEPS = "local-steps"
 
 #: Key the server's strategy weights adapters by: the public number of local steps.
 WEIGHT = "num-steps"
+#: Data-independent scalars every trained reply carries: the server's own step count and σ
+#: (the task gives σ directly), and the site's own δ and budget (its policy).
+PUBLIC_METRICS = ("num-steps", "delta", "epsilon-budget", "noise-multiplier")
+#: ε spent so far (and, in a budget refusal, the ε the round would have reached): functions of
+#: the sampling rate b/|Ē|, sent only when the site sets ``share-epsilon`` (a non-private
+#: release the site opted into).
+SPEND_METRICS = ("epsilon", "projected-epsilon")
+#: A trained reply of a site that shares its spend.
 PRIVACY_METRICS = ("num-steps", "epsilon", "delta", "epsilon-budget", "noise-multiplier")
-UTILITY_METRICS = ("tuples-used", "mrr", "prec1")
+#: Held-out scores, sent only when the site sets ``share-utility-metrics`` (not privatized).
+UTILITY_METRICS = ("mrr", "prec1")
+#: A budget refusal of a site that shares its spend (without ``share-epsilon``: no ε values).
 REFUSAL_METRICS = ("num-steps", "epsilon", "delta", "epsilon-budget", "projected-epsilon")
+#: Every metric key a reply may carry; the server ignores (and logs) any other.
+KNOWN_METRICS = tuple(dict.fromkeys(PRIVACY_METRICS + UTILITY_METRICS + REFUSAL_METRICS))
 SITE_KEYS = ("site-name", "status", "reason")
 
 TRAINED, REFUSED, FAILED = "trained", "refused", "failed"
@@ -83,11 +98,18 @@ def describe_content(content: RecordDict) -> dict[str, Any]:
         elif isinstance(record, MetricRecord):
             out[name] = {"type": "MetricRecord", "values": dict(record)}
         elif isinstance(record, ConfigRecord):
-            out[name] = {"type": "ConfigRecord", "values": {
-                k: (v.hex() if isinstance(v, bytes) else v) for k, v in record.items()}}
+            out[name] = {"type": "ConfigRecord", "values": {k: _jsonable(v) for k, v in record.items()}}
         else:  # pragma: no cover - RecordDict holds only the three kinds
             out[name] = {"type": type(record).__name__}
     return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
 
 
 def describe_reply(message: Message) -> dict[str, Any]:

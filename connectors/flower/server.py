@@ -9,7 +9,12 @@ to save the final adapter Hugging Face style (``save_pretrained``). Per run it w
 * ``rounds.jsonl`` — one line per round: each site's status, reported spend and reason;
 * ``received.jsonl`` — what every reply carried (array shapes, every scalar): the audit of
   what left each site;
-* ``summary.json`` — settings, rounds completed, last spend reported per site.
+* ``summary.json`` — settings, status (``completed``, or ``failed`` with the error), rounds
+  completed, last spend reported per site.
+
+A round waits at most ``sites-timeout`` seconds for ``min-sites`` connected sites; then the run
+fails (:class:`~.strategy.SitesUnavailableError`): the error is logged, ``summary.json`` says
+``failed``, and the ServerApp exits non-zero, so Flower marks the run ``finished:failed``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.settings import FederationSettings
-from graphveil.connectors.flower.strategy import SiteRounds, make_strategy
+from graphveil.connectors.flower.strategy import SiteRounds, SitesUnavailableError, make_strategy
 from graphveil.host import PluginHost, default_host
 
 
@@ -56,15 +61,24 @@ def run_federation(grid: Grid, fed: FederationSettings, *, run_id: int = 0,
         make_strategy(fed.strategy, min_sites=fed.min_sites, fraction_train=fed.fraction_train,
                       server_lr=fed.server_lr, server_tau=fed.server_tau),
         local_steps=fed.local_steps, audit_path=out_dir / "received.jsonl", on_round_end=round_end,
+        min_sites=fed.min_sites, sites_timeout=fed.sites_timeout,
     )
     started = time.time()
-    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=fed.num_server_rounds,
-                            timeout=fed.round_timeout, train_config=ConfigRecord())
+    try:
+        result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=fed.num_server_rounds,
+                                timeout=fed.round_timeout, train_config=ConfigRecord())
+    except SitesUnavailableError as exc:
+        summary = {"run-id": run_id, "status": "failed", "error": str(exc), "settings": fed.to_run_config(),
+                   "rounds": len(strategy.rounds), "seconds": time.time() - started,
+                   "sites": _last_spend(strategy.rounds)}
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        raise
     final: ArrayRecord = result.arrays if len(result.arrays) else initial
     encoder.load_trainable_state(records.state_from_arrays(final))
     _save_adapter(encoder, out_dir / "adapter")
     summary = {
         "run-id": run_id,
+        "status": "completed",
         "settings": fed.to_run_config(),
         "rounds": len(strategy.rounds),
         "rounds-aggregated": sum(r["aggregated"] for r in strategy.rounds),

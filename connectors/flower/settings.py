@@ -11,7 +11,8 @@ The run config has two parts:
   config (:class:`graphveil.cli_fed.SiteSettings`).
 
 A site's run config is the task, then the site's optional ``site-config`` YAML on top, then
-its data and δ from the node config (:func:`site_run_config`).
+its data and δ from the node config (:func:`site_run_config`). Before it reads any data, a site
+checks the task against its own privacy policy (:func:`check_site_policy`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class FederationSettings(BaseModel):
     min_sites: int = Field(2, ge=1, alias="min-sites", description="Wait for this many connected sites before a round.")
     fraction_train: float = Field(1.0, gt=0, le=1, alias="fraction-train", description="Share of connected sites asked per round.")
     round_timeout: float = Field(3600.0, gt=0, alias="round-timeout", description="Seconds to wait for the sites' replies.")
+    sites_timeout: float = Field(
+        600.0, gt=0, alias="sites-timeout",
+        description="Seconds a round waits for min-sites connected sites; then the run fails.")
     server_lr: float = Field(0.01, gt=0, alias="server-lr", description="FedAdam server learning rate η.")
     server_tau: float = Field(1e-3, gt=0, alias="server-tau", description="FedAdam adaptivity τ.")
     output_dir: str = Field("graphveil-fed", alias="output-dir", description="Where the server writes the adapter and round log.")
@@ -143,8 +147,99 @@ def site_run_config(fed: FederationSettings, site: SiteSettings, *, seed: int) -
     raw["seed"] = seed
     raw.setdefault("training", {})["steps"] = fed.num_server_rounds * fed.local_steps
     raw.setdefault("output", {})["progress"] = False
-    if site.delta is not None:
-        raw.setdefault("privacy", {})["delta"] = site.delta
+    privacy = raw.setdefault("privacy", {})
+    privacy["delta"] = site.delta  # the site's δ, whatever the task says (check_site_policy refuses a different one)
     if site.threads is not None:
         raw["threads"] = site.threads
     return config_from_dict(raw, source)
+
+
+# ------------------------------------------------------------------------------ the site's policy
+
+
+class PolicyRefusal(ConfigError):
+    """A task that differs from the site's privacy policy; ``key`` names the key at fault."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+def _task_value(task: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = task
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def check_site_policy(site: SiteSettings, fed: FederationSettings, config: RunConfig, *,
+                      local_steps: int, host: Any = None) -> None:
+    """Refuse a task the site's policy does not allow; raises :class:`PolicyRefusal` naming the key.
+
+    Runs before any data is read or spend is reserved. ``fed.task`` is what the server asked;
+    ``config`` is the site's effective run config (:func:`site_run_config`). Component units are
+    read from the plugin classes (nothing is built). The policy, all from the node config:
+
+    * ``delta``: the site's; a task that sets another ``privacy.delta`` is refused;
+    * ``privacy-unit``: sampler, clipper and accountant must all be of that unit;
+    * ``accountants``: the accountant must be one the site accepts;
+    * ``min-noise-multiplier``: σ must be given directly (``privacy.noise_multiplier``; a σ
+      calibrated to a target ε depends on b/|Ē|) and be at least the floor;
+    * ``max-steps-per-round``: the round's local steps must not exceed it;
+    * noise source and sampling: the task sets neither ``seed`` nor
+      ``privacy.research_noise_seed``: a site's sampling and noise are fresh and secret; only the site's own ``seed`` key (testing) pins them.
+    """
+    task = fed.task
+
+    def where(dotted: str) -> str:
+        return f"task.{dotted}" if _task_value(task, dotted) is not None else f"site-config {dotted}"
+
+    if not config.privacy.enabled:
+        raise PolicyRefusal(where("privacy.enabled"), "the task disables privacy; this site releases only DP updates")
+    # δ is the site's.
+    asked = _task_value(task, "privacy.delta")
+    if asked is not None and float(asked) != float(site.delta):
+        raise PolicyRefusal("task.privacy.delta", (
+            f"the task asks δ={float(asked):.3g}, this site's delta is {site.delta:.3g}; the site's δ "
+            "is the site's: drop privacy.delta from the task (or set it to the site's)"))
+    # Sampling and noise are fresh and secret.
+    if _task_value(task, "seed") is not None:
+        raise PolicyRefusal("task.seed", (
+            "a task may not pin the sampling seed: subsampling amplification assumes the sample is secret"))
+    if _task_value(task, "privacy.research_noise_seed") is not None:
+        raise PolicyRefusal("task.privacy.research_noise_seed", (
+            "a task may not pin the noise: this site draws DP noise from the OS CSPRNG only"))
+    if getattr(config.privacy, "research_noise_seed", None) is not None:
+        raise PolicyRefusal(where("privacy.research_noise_seed"), "this site draws DP noise from the OS CSPRNG only")
+    # Privacy unit and accountant.
+    if host is None:
+        from graphveil.host import default_host
+
+        host = default_host()
+    for family, component in (("sampler", config.sampler), ("clipper", config.clipper),
+                              ("accountant", config.accountant)):
+        unit = getattr(host.get(family, component.name).factory, "unit", None)
+        unit = getattr(unit, "value", unit)
+        if unit != site.privacy_unit:
+            raise PolicyRefusal(where(f"{family}.name"), (
+                f"{family} {component.name!r} is {unit or 'no'}-level; this site's privacy-unit is "
+                f"{site.privacy_unit!r}"))
+    if config.accountant.name not in site.accepted_accountants:
+        raise PolicyRefusal(where("accountant.name"), (
+            f"accountant {config.accountant.name!r} is not one this site accepts (node config "
+            f"accountants: {', '.join(site.accepted_accountants)})"))
+    # Noise and steps.
+    sigma = config.privacy.noise_multiplier
+    if sigma is None:
+        raise PolicyRefusal(where("privacy.target_epsilon"), (
+            "this site needs σ given directly (privacy.noise_multiplier): a σ calibrated to a target ε "
+            "depends on the site's graph size and could not be checked before reading the data"))
+    if sigma < site.min_noise_multiplier:
+        raise PolicyRefusal(where("privacy.noise_multiplier"), (
+            f"σ={sigma:.4g} is below this site's min-noise-multiplier {site.min_noise_multiplier:.4g}"))
+    if local_steps > site.max_steps_per_round:
+        raise PolicyRefusal("local-steps", (
+            f"the round asks {local_steps} local steps; this site's max-steps-per-round is "
+            f"{site.max_steps_per_round}"))

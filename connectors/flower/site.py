@@ -2,11 +2,15 @@
 
 One train message = one round at the site (:func:`handle_train`):
 
-1. read the node config (graph, budget, ledger) and the run's task; refuse at once if the
-   ledger already shows the budget spent (no data is touched);
-2. build the site's :class:`~graphveil.session.TrainingSession` on its own graph only;
+1. read the node config (graph, budget, ledger, policy) and the run's task; refuse at once a task
+   the site's policy does not allow (:func:`~.settings.check_site_policy`: δ, privacy unit,
+   accountant, σ floor, steps per round, no pinned seed or noise) or if the ledger already shows
+   the budget spent (no data is touched);
+2. build the site's :class:`~graphveil.session.TrainingSession` on its own graph only (its
+   records store is the ledger) and check the server's arrays (keys, shapes, dtypes, finite);
 3. write the round's spend to the ledger *before* training (:meth:`PrivacyLedger.reserve`),
-   or refuse the round if it would pass the budget, telling the server why;
+   or refuse the round if it would pass the budget, telling the server why (with numbers only
+   if the site set ``share-epsilon``);
 4. load the global adapter, run the local DP steps (the accountant continues the site's
    history), confirm the spend (:meth:`PrivacyLedger.release`);
 5. reply with the updated adapter and scalars (:mod:`.records`) — nothing else leaves.
@@ -22,25 +26,33 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from graphveil.cli_fed import SiteSettings
 from graphveil.config import RunConfig
 from graphveil.connectors.flower import records
-from graphveil.connectors.flower.settings import FederationSettings, round_seed, site_run_config
+from graphveil.connectors.flower.settings import (
+    FederationSettings,
+    PolicyRefusal,
+    check_site_policy,
+    round_seed,
+    site_run_config,
+)
 from graphveil.errors import PrivacyError
 from graphveil.ledger import BudgetExhaustedError, PrivacyLedger
 
 log = logging.getLogger(__name__)
 
-SessionFactory = Callable[[RunConfig], Any]
+#: ``factory(config, records_store=ledger)`` builds the site's session (no data read yet).
+SessionFactory = Callable[..., Any]
 
 
-def _real_session(config: RunConfig) -> Any:
+def _real_session(config: RunConfig, records_store: Any = None) -> Any:
     from graphveil.session import TrainingSession
 
-    return TrainingSession(config)
+    return TrainingSession(config, records_store=records_store)
 
 
 class _Stage:
@@ -54,12 +66,23 @@ class _Refusal(Exception):
         super().__init__(reason)
         self.status, self.reason, self.metrics = status, reason, metrics or {}
 
+    def public(self, site: SiteSettings | None) -> tuple[str, dict[str, float]]:
+        """Reason and metrics as sent: a budget refusal (one with spend metrics) states ε values
+        only if the site set ``share-epsilon`` (ε depends on b/|Ē|); the site's log has them."""
+        if not self.metrics or (site is not None and site.share_epsilon):
+            return self.reason, self.metrics
+        metrics = {k: v for k, v in self.metrics.items() if k not in records.SPEND_METRICS}
+        spent = self.reason.startswith("budget spent")
+        return ("budget spent: this site has released its privacy budget" if spent else
+                "the round would take this site past its privacy budget"), metrics
+
 
 def handle_train(content: RecordDict, context: Context, *,
                  session_factory: SessionFactory = _real_session) -> RecordDict:
     """One round at the site; returns the reply content (trained, refused or failed)."""
     site_name = str(context.node_config.get("site-name", "?"))
     stage = _Stage()
+    site: SiteSettings | None = None
     try:
         stage.now = "reading the node config"
         site = SiteSettings.from_mapping(context.node_config, "SuperNode node config")
@@ -69,20 +92,28 @@ def handle_train(content: RecordDict, context: Context, *,
         cfg = content[records.CONFIG]
         server_round = int(cfg[records.SERVER_ROUND])
         local_steps = int(cfg.get(records.LOCAL_STEPS, fed.local_steps))
+        stage.now = "building the site's run config"
+        config = site_run_config(fed, site, seed=round_seed(site, context.run_id, server_round))
+        stage.now = "checking the task against the site's policy"
+        try:
+            check_site_policy(site, fed, config, local_steps=local_steps)
+        except PolicyRefusal as exc:
+            raise _Refusal(records.REFUSED, f"site policy: {exc}") from exc
         stage.now = "opening the privacy ledger"
-        with PrivacyLedger(site.ledger) as ledger:
-            return _round(content, context, site, fed, ledger, server_round, local_steps,
+        with PrivacyLedger(site.ledger, anchor=site.ledger_anchor) as ledger:
+            return _round(content, context, site, config, ledger, server_round, local_steps,
                           session_factory, stage)
     except _Refusal as refusal:
         log.warning("site %s refuses round: %s", site_name, refusal.reason)
-        return records.refused_content(site_name, refusal.status, refusal.reason, refusal.metrics)
+        reason, metrics = refusal.public(site)
+        return records.refused_content(site_name, refusal.status, reason, metrics)
     except Exception as exc:
         log.error("site %s failed while %s:\n%s", site_name, stage.now, traceback.format_exc())
         reason = f"{type(exc).__name__} while {stage.now}; details are in the site's log"
         return records.refused_content(site_name, records.FAILED, reason, {})
 
 
-def _round(content: RecordDict, context: Context, site: SiteSettings, fed: FederationSettings,
+def _round(content: RecordDict, context: Context, site: SiteSettings, config: RunConfig,
            ledger: PrivacyLedger, server_round: int, local_steps: int,
            session_factory: SessionFactory, stage: _Stage) -> RecordDict:
     spent = ledger.spent_epsilon()
@@ -92,26 +123,20 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, fed: Feder
             f"budget spent: site {site.site_name!r} has released ε={spent:.4g} of its budget "
             f"{site.epsilon_budget:.4g}"), _refusal_metrics(spent, delta, site.epsilon_budget, spent))
 
-    stage.now = "building the site's run config"
-    config = site_run_config(fed, site, seed=round_seed(site, context.run_id, server_round))
-    if not config.privacy.enabled:
-        raise _Refusal(records.REFUSED, "the task disables privacy; this site releases only DP updates")
-    if config.privacy.delta is None:
-        # The default δ = 1/|Ē| would tell the server the size of the site's graph.
-        raise _Refusal(records.REFUSED, "no δ set: put delta in the site's node config (the default "
-                       "1/|Ē| is data-dependent and would be reported to the server)")
     if config.threads is not None:
         import torch
 
         torch.set_num_threads(config.threads)
     stage.now = "preparing the session (loading the site's graph)"
-    session = session_factory(config)
+    session = session_factory(config, records_store=ledger)
     session.prepare()
     sigma, delta = float(session.noise_multiplier), float(session.delta)
-    if site.min_noise_multiplier is not None and sigma < site.min_noise_multiplier:
+    if sigma < site.min_noise_multiplier or delta != site.delta:  # checked on the task already
         raise _Refusal(records.REFUSED, (
-            f"noise multiplier σ={sigma:.4g} is below this site's minimum {site.min_noise_multiplier:.4g}"),
-            _refusal_metrics(spent, delta, site.epsilon_budget, spent))
+            f"site policy: the session's σ={sigma:.4g}, δ={delta:.3g} differ from this site's "
+            f"min-noise-multiplier {site.min_noise_multiplier:.4g} / delta {site.delta:.3g}"))
+    stage.now = "checking the server's arrays"
+    incoming = _checked_arrays(content, session.trainable_state())
     stage.now = "reserving the round's privacy spend"
     try:
         reservation = ledger.reserve(
@@ -123,16 +148,18 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, fed: Feder
             exc.spent, delta, exc.budget, exc.projected_epsilon)) from exc
     except PrivacyError as exc:  # the ledger holds spend this run cannot continue
         log.error("site %s: the ledger refuses this run: %s", site.site_name, exc)
+        key = {"unit": "privacy unit", "delta": "δ", "orders": "RDP order grid (use the default grid)",
+               "site": "site name"}.get(str(getattr(exc, "key", "")))
         raise _Refusal(records.REFUSED, (
-            "the site's ledger holds spend under another privacy unit, accountant, δ or sampling "
-            "profile than this run's; the site needs the same task settings or a separate ledger "
-            "(details in the site's log)")) from exc
+            f"the site's ledger is bound to another {key} than this run's; run the task with the "
+            "ledger's setting (details in the site's log)" if key else
+            "the site's ledger cannot compose this run's accountant (it needs an RDP accountant "
+            "on the ledger's privacy unit and δ; details in the site's log)")) from exc
 
     stage.now = "training"
     try:
-        reservation.apply_prior(session.accountant)
-        session.load_trainable_state(records.state_from_arrays(content[records.ARRAYS]))
-        out = session.train(local_steps)
+        session.load_trainable_state(incoming)
+        session.train(local_steps)
         entry = ledger.release(reservation, session.accountant)
     except BudgetExhaustedError as exc:  # the steps that ran cost more than reserved
         raise _Refusal(records.REFUSED, str(exc), _refusal_metrics(
@@ -142,16 +169,51 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, fed: Feder
         raise
     log.info("site %s round %d: %d steps, ε=%.4g of %.4g", site.site_name, server_round,
              local_steps, entry.epsilon, site.epsilon_budget)
-    metrics: dict[str, float] = {
-        "num-steps": local_steps, "epsilon": entry.epsilon, "delta": delta,
-        "epsilon-budget": site.epsilon_budget, "noise-multiplier": sigma,
+    metrics: dict[str, float] = {  # records.PUBLIC_METRICS: parameters, not data
+        "num-steps": local_steps, "delta": delta, "epsilon-budget": site.epsilon_budget,
+        "noise-multiplier": sigma,
     }
-    if site.share_utility_metrics:
+    if site.share_epsilon:  # opted in: ε depends on the sampling rate b/|Ē|
+        metrics["epsilon"] = entry.epsilon
+    if site.share_utility_metrics:  # opted in: held-out scores, not privatized
         stage.now = "evaluating on the held-out entities"
         scores = session.evaluate()
-        metrics.update({"tuples-used": int(out["tuples_used"]), "mrr": float(scores["mrr"]),
-                        "prec1": float(scores["prec1"])})
+        metrics.update({"mrr": float(scores["mrr"]), "prec1": float(scores["prec1"])})
     return records.trained_content(site.site_name, session.trainable_state(), metrics)
+
+
+def _checked_arrays(content: RecordDict, expected: dict[str, Any]) -> dict[str, Any]:
+    """The server's arrays as tensors, if their keys, shapes and dtypes are the session's trainable
+    state's and every value is finite; else a refusal naming the first bad key (nothing reserved)."""
+    import torch
+
+    arrays = content.array_records.get(records.ARRAYS)
+    if arrays is None:
+        raise _Refusal(records.REFUSED, "malformed train message: no arrays")
+    missing, extra = sorted(set(expected) - set(arrays)), sorted(set(arrays) - set(expected))
+    if missing or extra:
+        key = (missing or extra)[0]
+        raise _Refusal(records.REFUSED, (
+            f"malformed arrays from the server: key {key!r} is "
+            f"{'missing' if missing else 'not a trainable parameter of this task'} "
+            f"({len(missing)} missing, {len(extra)} unexpected)"))
+    out: dict[str, Any] = {}
+    for key in sorted(expected):
+        want = expected[key]
+        try:
+            value = torch.from_numpy(np.array(arrays[key].numpy(), copy=True))
+        except Exception as exc:  # undecodable bytes, object dtype, ...
+            raise _Refusal(records.REFUSED, f"malformed arrays from the server: key {key!r} cannot be "
+                           f"decoded ({type(exc).__name__})") from exc
+        if tuple(value.shape) != tuple(want.shape) or value.dtype != want.dtype:
+            raise _Refusal(records.REFUSED, (
+                f"malformed arrays from the server: key {key!r} is {value.dtype} {list(value.shape)}, "
+                f"expected {want.dtype} {list(want.shape)}"))
+        if not bool(torch.isfinite(value).all()):
+            raise _Refusal(records.REFUSED, f"malformed arrays from the server: key {key!r} has "
+                           "non-finite values (NaN or Inf)")
+        out[key] = value
+    return out
 
 
 def _refusal_metrics(spent: float, delta: float, budget: float, projected: float) -> dict[str, float]:

@@ -7,11 +7,18 @@ option, :func:`make_strategy`). Each round it
 * writes what every reply carried to an audit log (:func:`records.describe_reply`);
 * logs each site's status and reported spend (ε of δ, of its budget), and why a site refused
   or failed;
+* checks every ``trained`` reply against the global adapter it was sent (same keys, shapes and
+  dtypes, every value finite, a positive finite step count) and marks one that is not
+  ``failed`` ("non-finite adapter", ...): it is never averaged in;
+* reduces every reply to the keys it knows (extra records, metric or site keys are logged and
+  dropped; a non-numeric value is dropped), so an odd reply cannot crash the run;
 * hands only the ``trained`` replies — reduced to the adapter and the public step count — to
   the wrapped strategy, so a refusal or a failure never breaks aggregation; a round in which
-  no site trained keeps the previous global adapter.
+  no site trained keeps the previous global adapter;
+* waits at most ``sites_timeout`` seconds for ``min_sites`` connected sites before a round
+  (Flower 1.41's FedAvg waits forever), then fails the run with :class:`SitesUnavailableError`.
 
-Sites report held-out MRR with their update, so there is no separate evaluation round.
+Sites that opt in report held-out MRR with their update, so there is no separate evaluation round.
 """
 
 from __future__ import annotations
@@ -20,11 +27,12 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdam, FedAvg, Strategy
@@ -32,6 +40,34 @@ from flwr.serverapp.strategy import FedAdam, FedAvg, Strategy
 from graphveil.connectors.flower import records
 
 RoundHook = Callable[[int, dict[str, Any]], None]
+
+
+class SitesUnavailableError(RuntimeError):
+    """Fewer than ``min-sites`` sites connected within ``sites-timeout``: the run fails."""
+
+
+class _DeadlineGrid:
+    """The grid as the wrapped strategy sees it in ``configure_train``: Flower's ``sample_nodes``
+    polls ``get_node_ids`` until ``min_available_nodes`` are connected, without a limit; past
+    ``deadline`` this raises :class:`SitesUnavailableError` instead."""
+
+    def __init__(self, grid: Grid, *, min_sites: int, deadline: float, timeout: float,
+                 server_round: int) -> None:
+        self._grid, self._min, self._deadline = grid, min_sites, deadline
+        self._timeout, self._round = timeout, server_round
+
+    def get_node_ids(self) -> Iterable[int]:
+        nodes = list(self._grid.get_node_ids())
+        if len(nodes) < self._min and time.monotonic() >= self._deadline:
+            message = (f"round {self._round}: {len(nodes)} site(s) connected after waiting "
+                       f"{self._timeout:g} s (sites-timeout), fewer than min-sites = {self._min}; "
+                       "the run stops")
+            log(ERROR, "%s", message)
+            raise SitesUnavailableError(message)
+        return nodes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
 
 
 def make_strategy(name: str, *, min_sites: int, fraction_train: float,
@@ -57,12 +93,19 @@ class SiteRounds(Strategy):
     :param local_steps: DP steps each site is asked to run per round.
     :param audit_path: JSON-lines file receiving what each reply carried (``None``: no audit).
     :param on_round_end: called with ``(server_round, round_record)`` after each round.
+    :param min_sites: connected sites a round needs (default: the strategy's ``min_available_nodes``).
+    :param sites_timeout: seconds a round waits for them before the run fails.
     """
 
     def __init__(self, strategy: FedAvg, *, local_steps: int, audit_path: Path | None = None,
-                 on_round_end: RoundHook | None = None) -> None:
+                 on_round_end: RoundHook | None = None, min_sites: int | None = None,
+                 sites_timeout: float = 600.0) -> None:
         self.strategy = strategy
         self.local_steps = local_steps
+        self.min_sites = min_sites if min_sites is not None else int(getattr(strategy, "min_available_nodes", 1))
+        self.sites_timeout = sites_timeout
+        #: The global adapter of the current round (what the sites were sent): replies must match it.
+        self.global_arrays: ArrayRecord | None = None
         self.audit_path = audit_path
         self.on_round_end = on_round_end
         self.site_names: dict[int, str] = {}
@@ -83,12 +126,15 @@ class SiteRounds(Strategy):
                         grid: Grid) -> Iterable[Message]:
         config[records.LOCAL_STEPS] = self.local_steps
         self._round_started = time.monotonic()
+        self.global_arrays = arrays
         self._online = list(grid.get_node_ids())
         gone = sorted(self._name(n) for n in self.site_names if n not in self._online)
         if gone:
             log(WARNING, "round %d: site(s) no longer connected: %s; continuing with %d connected site(s)",
                 server_round, ", ".join(gone), len(self._online))
-        return self.strategy.configure_train(server_round, arrays, config, grid)
+        waiting = _DeadlineGrid(grid, min_sites=self.min_sites, deadline=self._round_started + self.sites_timeout,
+                                timeout=self.sites_timeout, server_round=server_round)
+        return self.strategy.configure_train(server_round, arrays, config, waiting)  # type: ignore[arg-type]
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -96,10 +142,13 @@ class SiteRounds(Strategy):
         self._audit(server_round, replies)
         sites: list[dict[str, Any]] = []
         trained: list[Message] = []
+        reference = self.global_arrays
         for msg in replies:
-            entry = self._classify(msg)
+            entry = self._classify(msg, reference)
             sites.append(entry)
             if entry["status"] == records.TRAINED:
+                if reference is None:  # no global adapter known: the first trained reply sets the shape
+                    reference = msg.content.array_records[records.ARRAYS]
                 trained.append(_for_aggregation(msg))
             self._log_site(server_round, entry)
         answered = {e["node-id"] for e in sites}
@@ -110,6 +159,8 @@ class SiteRounds(Strategy):
         arrays: ArrayRecord | None = None
         if trained:
             arrays, _ = self.strategy.aggregate_train(server_round, trained)
+            if arrays is not None and self.global_arrays is not None:
+                arrays = _like(arrays, self.global_arrays)  # FedAdam computes in float64
         else:
             log(WARNING, "round %d: no site trained; the global adapter is unchanged", server_round)
         record = {
@@ -122,34 +173,54 @@ class SiteRounds(Strategy):
             self.on_round_end(server_round, record)
         return arrays, _round_metrics(sites)
 
-    def _classify(self, msg: Message) -> dict[str, Any]:
+    def _classify(self, msg: Message, reference: ArrayRecord | None = None) -> dict[str, Any]:
         node_id = int(msg.metadata.src_node_id)
         if msg.has_error():
             return {"node-id": node_id, "site": self._name(node_id), "status": records.FAILED,
                     "reason": f"Flower error {int(msg.error.code)}: {msg.error.reason}", "metrics": {}}
         content = msg.content
+        ignored = [f"record {k!r}" for k in content if k not in (records.ARRAYS, records.METRICS, records.SITE)]
         site = content.config_records.get(records.SITE)
-        name = str(site.get("site-name", "")) if site is not None else ""
-        status = str(site.get("status", "")) if site is not None else ""
-        metrics = content.metric_records.get(records.METRICS)
+        site_values = dict(site) if site is not None else {}
+        ignored += [f"site key {k!r}" for k in site_values if k not in records.SITE_KEYS]
+        name, status, reason = (_text(site_values.get(k)) for k in ("site-name", "status", "reason"))
+        metrics: dict[str, float] = {}
+        raw_metrics = content.metric_records.get(records.METRICS)
+        for key, value in (dict(raw_metrics) if raw_metrics is not None else {}).items():
+            if key in records.KNOWN_METRICS and isinstance(value, int | float) and not isinstance(value, bool):
+                metrics[key] = float(value)
+            else:
+                ignored.append(f"metric {key!r}")
         entry: dict[str, Any] = {
             "node-id": node_id, "site": name or self._name(node_id), "status": status,
-            "reason": str(site.get("reason", "")) if site is not None else "",
-            "metrics": dict(metrics) if metrics is not None else {},
+            "reason": reason, "metrics": metrics,
         }
+        if ignored:
+            log(WARNING, "reply from %s: ignored unexpected %s", entry["site"], ", ".join(ignored))
+            entry["ignored"] = ignored
         if name:
             self.site_names[node_id] = name
         if status not in records.STATUSES or (status == records.TRAINED and records.ARRAYS not in content.array_records):
             entry.update(status=records.FAILED, reason="malformed reply (no site status or no arrays)")
+        elif status == records.TRAINED:
+            problem = _adapter_problem(content.array_records[records.ARRAYS], reference)
+            steps = metrics.get(records.WEIGHT)
+            if problem is None and (steps is None or not math.isfinite(steps) or steps <= 0):
+                problem = f"bad {records.WEIGHT} ({steps!r})"
+            if problem is not None:
+                entry.update(status=records.FAILED, reason=f"rejected reply: {problem}; not aggregated")
         return entry
 
     def _log_site(self, server_round: int, entry: dict[str, Any]) -> None:
         m = entry["metrics"]
-        spend = (f"ε={m['epsilon']:.4g} of budget {m['epsilon-budget']:.4g} (δ={m['delta']:.3g})"
-                 if {"epsilon", "epsilon-budget", "delta"} <= m.keys() else "spend not reported")
+        if {"epsilon", "epsilon-budget", "delta"} <= m.keys():
+            spend = f"ε={m['epsilon']:.4g} of budget {m['epsilon-budget']:.4g} (δ={m['delta']:.3g})"
+        elif {"epsilon-budget", "delta"} <= m.keys():
+            spend = f"ε not shared; budget {m['epsilon-budget']:.4g} (δ={m['delta']:.3g})"
+        else:
+            spend = "spend not reported"
         if entry["status"] == records.TRAINED:
-            utility = (f", held-out MRR {m['mrr']:.4f}, {int(m['tuples-used'])} tuples"
-                       if {"mrr", "tuples-used"} <= m.keys() else "")
+            utility = f", held-out MRR {m['mrr']:.4f}" if "mrr" in m else ""
             log(INFO, "round %d: site %s trained %d steps, %s%s", server_round, entry["site"],
                 int(m.get("num-steps", 0)), spend, utility)
         elif entry["status"] == records.REFUSED:
@@ -172,6 +243,47 @@ class SiteRounds(Strategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         return None
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _adapter_problem(arrays: ArrayRecord, reference: ArrayRecord | None) -> str | None:
+    """Why a site's adapter cannot be averaged into ``reference`` (keys, shapes, dtypes, finiteness)."""
+    if reference is not None:
+        missing, extra = sorted(set(reference) - set(arrays)), sorted(set(arrays) - set(reference))
+        if missing:
+            return f"adapter lacks key {missing[0]!r}"
+        if extra:
+            return f"unexpected adapter key {extra[0]!r}"
+    for key in sorted(arrays):
+        try:
+            value = arrays[key].numpy()
+        except Exception as exc:  # undecodable payload
+            return f"adapter key {key!r} cannot be decoded ({type(exc).__name__})"
+        if reference is not None:
+            want = reference[key]
+            if tuple(value.shape) != tuple(want.shape):
+                return f"adapter key {key!r} has shape {list(value.shape)}, expected {list(want.shape)}"
+            if str(value.dtype) != str(want.dtype):
+                return f"adapter key {key!r} has dtype {value.dtype}, expected {want.dtype}"
+        if not np.issubdtype(value.dtype, np.floating):
+            return f"adapter key {key!r} has dtype {value.dtype}, not floating point"
+        if not np.isfinite(value).all():
+            return f"non-finite adapter (NaN or Inf in {key!r})"
+    return None
+
+
+def _like(arrays: ArrayRecord, reference: ArrayRecord) -> ArrayRecord:
+    """``arrays`` in ``reference``'s dtypes (the global adapter's dtypes never change)."""
+    out = {}
+    for key, value in arrays.items():
+        data = value.numpy()
+        if key in reference and str(reference[key].dtype) != str(data.dtype):
+            data = data.astype(reference[key].numpy().dtype)
+        out[key] = Array(np.ascontiguousarray(data))
+    return ArrayRecord(out)
 
 
 def _for_aggregation(msg: Message) -> Message:

@@ -33,6 +33,15 @@ data-path = "/data/edges.tsv"
 data-entities = "/data/entities.jsonl"
 epsilon-budget = $budget
 ledger = "/ledger/ledger.sqlite"
+ledger-anchor = "/anchor/ledger.head"   # own volume: a restored ledger backup is refused
+# The site's privacy policy (deploy/RUNBOOK.md §4): a task that differs is refused.
+delta = 1e-6                       # well below 1/(relations of this site); the site's, not the task's
+privacy-unit = "edge"              # the demo app trains edge-level DP
+accountants = "edge_rdp"
+min-noise-multiplier = 0.5
+max-steps-per-round = 100
+share-utility-metrics = false      # true: also send held-out MRR/PREC@1 (not privatized)
+share-epsilon = false              # true: also send ε spent (depends on the graph size)
 TOML
 done
 # The containers run as uid 10001: let them read the keys and data.

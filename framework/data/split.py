@@ -2,13 +2,21 @@
 
 Paper 2 (privately-learning-from-graphs-llm-finetuning, Sec. 4.1 and Appx. C, "Inference
 Setting") fine-tunes on the relations of a training graph and deploys the model zero-shot on a
-test domain whose relations it never saw. We split the *entities* into two disjoint sets with a
-seeded permutation; each side keeps only the relations inside it, and relations crossing the
-two sides are discarded (neither training data nor test data).
+test domain whose relations it never saw. We split the *entities* into two disjoint sets; each
+side keeps only the relations inside it, and relations crossing the two sides are discarded
+(neither training data nor test data).
+
+The side of an entity depends on its own id and the split key only (a keyed hash), never on
+the other entities: removing or adding one entity moves no other entity across the split, so
+the training set of a neighbouring dataset is the neighbouring training set — which is what an
+entity-level guarantee about "the training side" needs. (A permutation of all entities would
+move most of them when one is removed.)
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 
 import torch
@@ -21,15 +29,27 @@ log = logging.getLogger(__name__)
 CROSS_EDGES = "dropped_cross_edges"
 
 
+def split_key(seed: int) -> bytes:
+    """HMAC key of the split from ``data.split.seed`` (the split key)."""
+    return f"graphveil-transfer-split:{int(seed)}".encode()
+
+
+def split_position(key: bytes, entity_id: str) -> float:
+    """HMAC-SHA256(key, entity id as UTF-8), first 64 bits as an integer, ÷ 2⁶⁴: in [0, 1)."""
+    digest = hmac.new(key, str(entity_id).encode("utf-8"), hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
 def transfer_split(
     graph: RelationalGraph, train_fraction: float, seed: int
 ) -> tuple[RelationalGraph, RelationalGraph]:
     """Split ``graph`` into a training side and a disjoint zero-shot test side.
 
-    The first ``round(train_fraction·n)`` entities of ``torch.randperm(n)`` under a fresh
-    ``torch.Generator`` seeded with ``seed`` (independent of the run's generator) form the
-    training side, the rest the test side. Each side is the induced subgraph
-    (:meth:`RelationalGraph.subgraph`: entity order of ``graph`` kept, ids unchanged).
+    Entity ``e`` is on the training side iff ``HMAC-SHA256(key, e) / 2⁶⁴ < train_fraction``
+    with ``key`` = :func:`split_key` (``seed``) — independent of the run's generators and of
+    every other entity, so the training side holds about ``train_fraction·n`` entities
+    (Binomial). Each side is the induced subgraph (:meth:`RelationalGraph.subgraph`: entity
+    order of ``graph`` kept, ids unchanged).
 
     :returns: ``(train_graph, test_graph)``; both carry ``notes["dropped_cross_edges"]``.
     :raises ConfigError: if ``train_fraction`` is not in (0, 1).
@@ -38,15 +58,17 @@ def transfer_split(
     if not 0 < train_fraction < 1:
         raise ConfigError(f"data.split.train_fraction must be in (0, 1), got {train_fraction!r}")
     n = graph.num_nodes
-    n_train = round(train_fraction * n)
+    key = split_key(seed)
+    on_train = torch.tensor([split_position(key, e) < train_fraction for e in graph.entity_ids], dtype=torch.bool)
+    n_train = int(on_train.sum())
     if not 0 < n_train < n:
         raise DataError(
-            f"{graph.name}: train_fraction {train_fraction} of {n} entities leaves a side empty"
+            f"{graph.name}: train_fraction {train_fraction} of {n} entities leaves a side empty "
+            f"under split key {seed} ({n_train} training entities); use more entities or another "
+            "train_fraction"
         )
-    generator = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(n, generator=generator)
-    train = graph.subgraph(perm[:n_train], name=f"{graph.name}/train")
-    test = graph.subgraph(perm[n_train:], name=f"{graph.name}/test")
+    train = graph.subgraph(on_train.nonzero().flatten(), name=f"{graph.name}/train")
+    test = graph.subgraph((~on_train).nonzero().flatten(), name=f"{graph.name}/test")
     cross = graph.num_edges - train.num_edges - test.num_edges
     for side in (train, test):
         side.notes = {**graph.notes, CROSS_EDGES: cross}
@@ -57,7 +79,7 @@ def transfer_split(
                 f"another train_fraction"
             )
     log.info(
-        "transfer split (seed %d): train %d entities / %d relations, test %d / %d, "
+        "transfer split (key %d): train %d entities / %d relations, test %d / %d, "
         "%d cross relations discarded",
         seed, train.num_nodes, train.num_edges, test.num_nodes, test.num_edges, cross,
     )

@@ -1,11 +1,25 @@
 """Gaussian noise ``N(0, (σC)²)`` for the Gaussian mechanism (paper 2, Eq. 3; paper 1, Alg. 3).
 
-Two sources:
+The noise is what hides a privacy unit, so whoever can reproduce it can subtract it from a
+released gradient and recover the clipped sum. Hence:
 
-* the run's seeded ``torch.Generator`` — reproducible, for research; not cryptographically
-  secure, and said so once per process (as opacus does when ``secure_mode=False``);
-* ``secure=True`` — standard normals by the Box–Muller transform of uniforms built from
-  ``os.urandom`` (the OS CSPRNG), silently.
+* **Default — OS CSPRNG** (``mode == "csprng-4sum"``): every standard normal comes from
+  ``os.urandom`` (53-bit uniforms, Box–Muller), on no ``torch.Generator`` at all — in particular
+  never on the run's sampling generator — and no seed exists to be written anywhere.
+* **Research seed** (``mode == "research-seed"``): a fixed seed, for reproducible research
+  only, on the noise object's OWN ``torch.Generator`` (never the sampling generator). Anyone
+  who knows the seed can subtract the noise; a loud warning is logged once per process and
+  ``privacy.json`` records that the seed was set.
+
+Floating-point safety (both modes): a single floating-point Gaussian sample leaks its
+low-order bits, which can reveal the unnoised value (Mironov 2012; Holohan & Braghin 2021,
+"Secure Random Sampling in Differential Privacy", arXiv:2107.10138, Sec. 5.1; the attack on
+Opacus, arXiv:2112.05307). As Opacus' secure mode does
+(``opacus.optimizers.optimizer._generate_noise`` with ``secure_mode=True``: four
+``torch.normal(0, std)`` draws summed and divided by 2), every output coordinate here is
+``(z₁ + z₂ + z₃ + z₄) / 2`` for four independent standard normals ``zᵢ``: again exactly
+N(0, 1), and the attack's cost grows from 2⁵³ to 2¹⁵⁹ (the paper's n = 2, i.e. 2n = 4 draws).
+The sum is taken in float64, scaled by ``std``, then cast to the target dtype.
 """
 
 from __future__ import annotations
@@ -14,6 +28,7 @@ import logging
 import math
 import os
 from collections.abc import Iterable
+from typing import Literal
 
 import numpy as np
 import torch
@@ -21,19 +36,25 @@ import torch
 logger = logging.getLogger(__name__)
 _WARNED = False
 
+#: Coordinates generated per chunk (bounds the float64 working memory to ~40 MB).
+_CHUNK = 1 << 20
 
-def _warn_insecure_once() -> None:
+NoiseMode = Literal["csprng-4sum", "research-seed"]
+
+
+def _warn_research_seed_once() -> None:
     global _WARNED
     if not _WARNED:
         _WARNED = True
         logger.warning(
-            "DP noise is drawn from the run's seeded PRNG, not a cryptographically secure RNG; "
-            "set privacy.secure_rng=true for a deployment (the seed must then stay secret too)."
+            "RESEARCH MODE: DP noise is drawn from a generator seeded with privacy.research_noise_seed. "
+            "Anyone who knows that seed can regenerate the noise and subtract it from every released "
+            "update: the run has NO privacy against them. Never use this for real data."
         )
 
 
 def secure_standard_normal(n: int) -> np.ndarray:
-    """``n`` i.i.d. N(0, 1) draws (float64) from ``os.urandom`` via Box–Muller."""
+    """``n`` i.i.d. N(0, 1) draws (float64) from ``os.urandom`` via Box–Muller (one draw each, no 4-sum)."""
     pairs = (n + 1) // 2
     bits = np.frombuffer(os.urandom(16 * pairs), dtype=np.uint64).reshape(pairs, 2) >> np.uint64(11)
     # 53-bit uniforms: u1 in (0, 1] (safe for log), u2 in [0, 1).
@@ -44,31 +65,51 @@ def secure_standard_normal(n: int) -> np.ndarray:
     return np.concatenate([radius * np.cos(angle), radius * np.sin(angle)])[:n]
 
 
+def secure_4sum_normal(n: int) -> np.ndarray:
+    """``n`` i.i.d. N(0, 1) draws (float64), each ``(z₁+z₂+z₃+z₄)/2`` of four CSPRNG normals."""
+    out = np.empty(n, dtype=np.float64)
+    for start in range(0, n, _CHUNK):
+        size = min(_CHUNK, n - start)
+        z = secure_standard_normal(4 * size).reshape(4, size)
+        np.sum(z, axis=0, out=out[start : start + size])
+    out *= 0.5
+    return out
+
+
 class GaussianNoise:
     """Draws Gaussian noise for released gradients.
 
-    :param generator: the run's seeded generator (required unless ``secure``).
-    :param secure: draw from the OS CSPRNG instead (``privacy.secure_rng``).
+    :param research_seed: ``None`` (the default and the only private setting): OS CSPRNG.
+        An int: reproducible noise from this object's own ``torch.Generator`` seeded with it —
+        research only, the noise can be subtracted by anyone who knows the seed.
     """
 
-    def __init__(self, generator: torch.Generator | None = None, *, secure: bool = False) -> None:
-        if not secure and generator is None:
-            raise ValueError("non-secure noise needs the run's seeded torch.Generator")
-        self.generator = generator
-        self.secure = secure
+    def __init__(self, *, research_seed: int | None = None) -> None:
+        self.research_seed = research_seed
+        self.generator: torch.Generator | None = None
+        if research_seed is not None:
+            if isinstance(research_seed, bool) or not isinstance(research_seed, int):
+                raise ValueError(f"research_seed must be an int, got {research_seed!r}")
+            self.generator = torch.Generator().manual_seed(research_seed)
+            _warn_research_seed_once()
+
+    @property
+    def mode(self) -> NoiseMode:
+        """``"csprng-4sum"`` or ``"research-seed"`` (recorded in ``privacy.json`` as ``noise``)."""
+        return "csprng-4sum" if self.research_seed is None else "research-seed"
 
     def sample(self, shape: torch.Size | tuple[int, ...], std: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """A tensor of i.i.d. ``N(0, std²)`` entries."""
+        """A tensor of i.i.d. ``N(0, std²)`` entries (each the 4-sum of standard normals ÷ 2)."""
         if not (std >= 0 and math.isfinite(std)):
             raise ValueError(f"noise std must be a finite number >= 0, got {std}")
         shape = torch.Size(shape)
-        if self.secure:
-            z = torch.from_numpy(secure_standard_normal(shape.numel())).reshape(shape)
-            return (z * std).to(dtype)
-        _warn_insecure_once()
-        return torch.randn(shape, generator=self.generator, dtype=dtype) * std
+        if self.generator is None:
+            z = torch.from_numpy(secure_4sum_normal(shape.numel())).reshape(shape)
+        else:
+            z = torch.randn((4, *shape), generator=self.generator, dtype=torch.float64).sum(0).mul_(0.5)
+        return (z * std).to(dtype)
 
     def add_(self, tensors: Iterable[torch.Tensor], std: float) -> None:
         """Add independent noise to each tensor in place (every coordinate, even if std is 0)."""
         for t in tensors:
-            t.add_(self.sample(t.shape, std, t.dtype))
+            t.add_(self.sample(t.shape, std, t.dtype).to(t.device))

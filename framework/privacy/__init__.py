@@ -1,4 +1,4 @@
-"""Privacy accounting core: RDP → (ε, δ) conversion (Thm D.1) and the generic RDP accountant.
+"""Privacy accounting core: RDP → (ε, δ) conversion (Thm D.1), the generic RDP accountant, default δ.
 
 Analyses of particular sampling schemes live in plugins (coupled sampling in
 ``graphveil.plugins.entity_dp``, Poisson sampling via dp-accounting in ``graphveil.plugins.edge_dp``).
@@ -10,6 +10,7 @@ from graphveil.privacy.conversion import (
     validate_delta,
     validate_orders,
 )
+from graphveil.privacy.delta import DEFAULT_DELTA_RULE, default_delta, delta_too_large
 from graphveil.privacy.rdp_accountant import (
     RdpAccountantBase,
     RdpParams,
@@ -19,12 +20,15 @@ from graphveil.privacy.rdp_accountant import (
 )
 
 __all__ = [
+    "DEFAULT_DELTA_RULE",
     "DEFAULT_ORDERS",
     "RdpAccountantBase",
     "RdpParams",
     "bisect_sigma",
     "check_noise_multiplier",
     "check_steps",
+    "default_delta",
+    "delta_too_large",
     "rdp_to_epsilon",
     "validate_delta",
     "validate_orders",

@@ -16,12 +16,12 @@ in how the negatives are drawn:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from pydantic import BaseModel, Field
 
-from graphveil.errors import ConfigError
+from graphveil.errors import ConfigError, PrivacyError
 from graphveil.plugins.entity_dp.degree_cap import cap_degrees
 from graphveil.profiles import PrivacyUnit, SamplingKind
 from graphveil.sampling import PoissonTupleParams, PoissonTupleSampler, sample_without_replacement
@@ -47,6 +47,23 @@ class _DegreeCappedPoissonSampler(PoissonTupleSampler):
 
     def _degree_cap(self) -> int | None:
         return int(self.params.degree_cap)
+
+    def preprocessing_params(self) -> dict[str, Any] | None:
+        """Ē is drawn at random once per (graph, K) and must then be reused (records store)."""
+        return {"degree_cap": int(self.params.degree_cap)}
+
+    def check_records(self, graph: RelationalGraph, records: torch.Tensor) -> torch.Tensor:
+        """Stored Ē: relations of ``graph`` (see the base class) with every degree ≤ K."""
+        records = super().check_records(graph, records)
+        K = int(self.params.degree_cap)
+        degrees = torch.bincount(records.reshape(-1), minlength=graph.num_nodes)
+        if records.numel() and int(degrees.max()) > K:
+            worst = int(degrees.argmax())
+            raise PrivacyError(
+                f"stored records for graph {graph.name!r}: entity {graph.entity_ids[worst]!r} has "
+                f"degree {int(degrees[worst])} > degree cap K={K}; the store belongs to another cap"
+            )
+        return records
 
 
 class PoissonWORSampler(_DegreeCappedPoissonSampler):

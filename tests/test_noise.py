@@ -1,0 +1,263 @@
+"""Privacy of a run (issue 6): CSPRNG noise apart from sampling, the research seed, δ, Ē persistence."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from graphveil.config import config_from_dict
+from graphveil.data.graph import RelationalGraph
+from graphveil.engine.noise import GaussianNoise, secure_4sum_normal
+from graphveil.errors import ConfigError, PrivacyError
+from graphveil.privacy import default_delta
+from graphveil.privacy.delta import DEFAULT_DELTA_RULE
+from graphveil.records_store import FileRecordsStore, MemoryRecordsStore, records_key
+from graphveil.runner import run_training
+from graphveil.session import TrainingSession
+
+
+def toy_graph(n: int = 90, m: int = 400) -> RelationalGraph:
+    gen = torch.Generator().manual_seed(5)
+    e = torch.randint(0, n, (m, 2), generator=gen)
+    e = torch.stack([e.min(1).values, e.max(1).values], 1)
+    e = torch.unique(e[e[:, 0] != e[:, 1]], dim=0)
+    return RelationalGraph("toy", [f"e{i}" for i in range(n)], e,
+                           texts=[f"entity {i} " + "word " * (i % 5) for i in range(n)])
+
+
+GRAPH = toy_graph()
+
+ENTITY_RUN = {
+    "name": "toy",
+    "sampler": {"name": "entity_poisson_wor", "batch_size": 6, "k_neg": 2, "degree_cap": 3},
+    "clipper": {"name": "freq_clip", "clip_norm": 1.0},
+    "accountant": {"name": "coupled_rdp_freq"},
+    "encoder": {"name": "hf_lora", "model": "tiny-bert", "max_length": 8, "lora_layers": 1},
+    "training": {"steps": 1, "lr": 0.01, "optimizer": "sgd"},
+    "privacy": {"noise_multiplier": 1.0},
+    "evaluation": {"batch_size": 16},
+    "output": {"progress": False},
+    "data": {"split": {"train_fraction": 0.6}},
+}
+EDGE_RUN = {**ENTITY_RUN, "sampler": {"name": "edge_poisson_decoupled", "batch_size": 6, "k_neg": 2},
+            "clipper": {"name": "per_tuple_clip", "clip_norm": 1.0}, "accountant": {"name": "edge_rdp"}}
+
+
+def make_config(base: dict = ENTITY_RUN, **top):
+    raw = json.loads(json.dumps(base))
+    privacy = top.pop("privacy", None)
+    if privacy is not None:
+        raw["privacy"] = {**raw["privacy"], **privacy}
+    raw.update(top)
+    return config_from_dict(raw)
+
+
+def session(base: dict = ENTITY_RUN, store=None, **top) -> TrainingSession:
+    s = TrainingSession(make_config(base, **top), graph=GRAPH, records_store=store)
+    s.prepare()
+    return s
+
+
+def one_step_state(**top) -> dict[str, torch.Tensor]:
+    s = session(**top)
+    s.train(1)
+    return s.trainable_state()
+
+
+def same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ----------------------------------------------------------------------------- noise source
+
+
+def test_noise_differs_between_sessions_even_with_the_same_sampling_seed() -> None:
+    """Fails if the noise came from the (seeded) sampling generator: batches and clipped sums are
+    equal in both sessions, so only the noise can make the released updates differ."""
+    a, b = session(seed=3), session(seed=3)
+    assert torch.equal(a.sampler.sample(a.generator).positives, b.sampler.sample(b.generator).positives)
+    assert not same_state(one_step_state(seed=3), one_step_state(seed=3))
+
+
+def test_noise_differs_without_any_seed() -> None:
+    assert not same_state(one_step_state(), one_step_state())
+
+
+def test_sampling_and_noise_generators_are_distinct() -> None:
+    s = session(seed=1)
+    assert s.noise is not None and s.noise.mode == "csprng-4sum" and s.noise.generator is None
+    r = session(seed=1, privacy={"research_noise_seed": 9})
+    assert r.noise.generator is not None and r.noise.generator is not r.generator
+    assert r.noise.mode == "research-seed"
+
+
+def test_noise_does_not_depend_on_the_sampling_seed() -> None:
+    draws = [session(seed=seed, privacy={"research_noise_seed": 4}).noise.sample((500,), 1.0)
+             for seed in (1, 2)]
+    assert torch.equal(*draws)
+    assert not torch.equal(draws[0], GaussianNoise(research_seed=5).sample((500,), 1.0))
+
+
+def test_research_seed_reproduces_the_run_and_is_recorded() -> None:
+    privacy = {"research_noise_seed": 17}
+    assert same_state(one_step_state(seed=2, privacy=privacy), one_step_state(seed=2, privacy=privacy))
+    report = session(seed=2, privacy=privacy).privacy_report()
+    assert report["noise"] == "research-seed" and report["research_noise_seed_set"] is True
+    assert report["sampling_seed"] == "fixed"
+    plain = session().privacy_report()
+    assert plain["noise"] == "csprng-4sum" and plain["research_noise_seed_set"] is False
+    assert plain["sampling_seed"] == "fresh"
+
+
+@pytest.mark.parametrize("research_seed", [None, 3])
+def test_4sum_noise_has_the_right_mean_and_variance(research_seed) -> None:
+    """1e6 draws; bounds at 6 standard errors (false alarm ≈ 2e-9 per check)."""
+    n, std = 1_000_000, 2.5
+    x = GaussianNoise(research_seed=research_seed).sample((n,), std, dtype=torch.float64)
+    assert abs(float(x.mean())) < 6 * std / math.sqrt(n)
+    var = float(x.var())
+    # Var of the sample variance of a normal: 2σ⁴/(n-1)
+    assert abs(var - std**2) < 6 * std**2 * math.sqrt(2 / (n - 1))
+    # fourth moment of a normal: 3σ⁴ (checks the shape, not only the scale); Var(z⁴) = 96σ⁸
+    z4 = float((x / std).pow(4).mean())
+    assert abs(z4 - 3.0) < 6 * math.sqrt(96 / n)
+
+
+def test_4sum_is_the_mean_of_four_normals_times_two() -> None:
+    z = secure_4sum_normal(10)
+    assert z.shape == (10,) and z.dtype.name == "float64"
+    assert GaussianNoise().sample((2, 3), 1.0).shape == (2, 3)
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def test_secure_rng_is_refused_with_a_helpful_message() -> None:
+    with pytest.raises(ConfigError) as err:
+        make_config(privacy={"secure_rng": True})
+    msg = str(err.value)
+    assert "privacy.secure_rng was removed" in msg and "CSPRNG" in msg and "research_noise_seed" in msg
+
+
+def test_run_writes_no_noise_seed(tmp_path: Path) -> None:
+    cfg = make_config(output={"dir": str(tmp_path / "run"), "progress": False})
+    result = run_training(cfg, graph=GRAPH)
+    run = result["run_dir"]
+    resolved = yaml.safe_load((run / "config.resolved.yaml").read_text())
+    assert resolved["seed"] is None and resolved["privacy"]["research_noise_seed"] is None
+    assert "secure_rng" not in resolved["privacy"]
+    privacy = json.loads((run / "privacy.json").read_text())
+    assert privacy["noise"] == "csprng-4sum" and privacy["sampling_seed"] == "fresh"
+    assert privacy["delta_rule"] == DEFAULT_DELTA_RULE
+    assert privacy["delta"] == default_delta(privacy["num_units"])
+    dataset = privacy["dataset"]
+    assert dataset["claim"].startswith("node-level DP w.r.t. the degree-capped relation set")
+    assert dataset["entities"] == privacy["num_units"] and dataset["records"] == privacy["sampling_profile"]["num_records"]
+    text = (run / "config.resolved.yaml").read_text() + (run / "privacy.json").read_text()
+    assert "noise_seed: 0" not in text and '"research_noise_seed":' not in text
+
+
+# ----------------------------------------------------------------------------- δ
+
+
+@pytest.mark.parametrize(("n", "delta"), [
+    (1, 1e-1), (2, 1e-2), (10, 1e-2), (11, 1e-3), (140, 1e-4), (1000, 1e-4), (1001, 1e-5),
+    (1752, 1e-5), (2230, 1e-5), (10**6, 1e-7), (10**6 + 1, 1e-8),
+])
+def test_default_delta_rule(n: int, delta: float) -> None:
+    assert default_delta(n) == delta
+    assert default_delta(n) <= 1 / (10 * n)
+
+
+def test_default_delta_refuses_nonsense() -> None:
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError):
+            default_delta(bad)
+
+
+def test_session_delta_counts_the_right_units() -> None:
+    node = session()
+    assert node.num_units == node.train_graph.num_nodes
+    assert node.delta == default_delta(node.train_graph.num_nodes) < 1 / node.train_graph.num_nodes
+    edge = session(EDGE_RUN)
+    assert edge.num_units == edge.train_graph.num_edges
+    assert edge.delta == default_delta(edge.train_graph.num_edges)
+
+
+def test_explicit_large_delta_warns_naming_n(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="graphveil.session"):
+        s = session(privacy={"delta": 0.05})
+    assert s.delta == 0.05 and s.delta_rule == "explicit"
+    assert f"n={s.num_units}" in caplog.text and "not below 1/n" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="graphveil.session"):
+        session(privacy={"delta": 1e-6})
+    assert "not below 1/n" not in caplog.text
+
+
+# ----------------------------------------------------------------------------- Ē persistence
+
+
+def test_records_store_fixes_the_capped_edge_set_across_sessions() -> None:
+    store = MemoryRecordsStore()
+    first = session(store=store, seed=1)
+    assert len(store.data) == 1 and first.records_key in store.data
+    again = session(store=store, seed=2)  # another sampling seed: Ē is loaded, not redrawn
+    assert torch.equal(again.sampler.records, first.sampler.records)
+    assert again.sampling_profile == first.sampling_profile
+    assert again.privacy_report()["dataset"]["records_persisted"] is True
+    # without a store, another seed draws another Ē on this graph (the issue's |Ē| drift)
+    assert not torch.equal(session(seed=2).sampler.records, first.sampler.records)
+
+
+def test_records_key_depends_on_graph_sampler_and_cap() -> None:
+    s = session()
+    key = records_key(s.train_graph, "entity_poisson_wor", {"degree_cap": 3})
+    assert key == records_key(s.train_graph, "entity_poisson_wor", {"degree_cap": 3})
+    assert key != records_key(s.train_graph, "entity_poisson_wor", {"degree_cap": 4})
+    assert key != records_key(s.train_graph, "entity_poisson_wr", {"degree_cap": 3})
+    assert key != records_key(s.test_graph, "entity_poisson_wor", {"degree_cap": 3})
+
+
+def test_stored_records_that_do_not_fit_are_refused() -> None:
+    store = MemoryRecordsStore()
+    first = session(store=store)
+    key = first.records_key
+    good = store.data[key]
+    train = first.train_graph
+    edges = {tuple(e) for e in train.edges.tolist()}
+    non_edge = next((u, v) for u in range(train.num_nodes) for v in range(u + 1, train.num_nodes)
+                    if (u, v) not in edges)
+    store.data[key] = torch.cat([good, torch.tensor([non_edge])])
+    with pytest.raises(PrivacyError, match="is not a relation of the training graph"):
+        session(store=store)
+    # every edge of the graph: some degree exceeds K = 3
+    store.data[key] = train.edges.clone()
+    assert int(train.degrees().max()) > 3
+    with pytest.raises(PrivacyError, match="degree cap K=3"):
+        session(store=store)
+    store.data[key] = torch.cat([good, good[:1]])
+    with pytest.raises(PrivacyError, match="more than once"):
+        session(store=store)
+
+
+def test_edge_level_sampler_needs_no_store() -> None:
+    store = MemoryRecordsStore()
+    s = session(EDGE_RUN, store=store)
+    assert store.data == {} and s.records_key is None
+    assert torch.equal(s.sampler.records, s.train_graph.edges)
+
+
+def test_file_records_store_roundtrip(tmp_path: Path) -> None:
+    store = FileRecordsStore(tmp_path / "records")
+    assert store.load_records("k") is None
+    store.save_records("k", torch.tensor([[0, 1], [2, 3]]))
+    assert torch.equal(FileRecordsStore(tmp_path / "records").load_records("k"), torch.tensor([[0, 1], [2, 3]]))
+    first = session(store=store, seed=1)
+    assert torch.equal(session(store=store, seed=2).sampler.records, first.sampler.records)
