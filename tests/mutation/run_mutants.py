@@ -1,0 +1,399 @@
+#!/usr/bin/env python
+"""Mutation check of the privacy mechanism: remove one safeguard at a time, the suite must fail.
+
+Usage (from the repository root, with the project's venv)::
+
+    .venv/bin/python tests/mutation/run_mutants.py --list
+    .venv/bin/python tests/mutation/run_mutants.py                       # every mutant, whole suite, -x
+    .venv/bin/python tests/mutation/run_mutants.py --only clip-factors --only noise-add
+    .venv/bin/python tests/mutation/run_mutants.py --tests tests/test_dp_step.py --tests tests/test_private_run_e2e.py
+    .venv/bin/python tests/mutation/run_mutants.py --json kill-table.json
+
+For each mutant the runner copies the repository's tracked and untracked (not ignored) files
+into a fresh temporary directory, applies the mutant there (each snippet must occur exactly
+once, or the runner stops: a mutant never silently stops applying), and runs
+``python -m pytest -x -q -p no:cacheprovider [TESTS]`` in the copy with this venv's python.
+The package is installed editable from the original checkout; ``sitecustomize.py`` (next to
+this file, put on ``PYTHONPATH``) re-points the editable finder at the copy, and a preflight
+in every copy checks that ``graphveil``, its plugins, its connectors and the ``graphveil``
+entry points all import from the copy. The original checkout is never written.
+
+A baseline (the unmutated copy, same tests) runs first unless ``--no-baseline``: if it fails,
+kills mean nothing and the runner stops. Exit status: 0 if every mutant was killed, 1 if any
+survived or timed out, 2 on a setup error (snippet not found, baseline failing, isolation
+broken). See tests/mutation/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+EXCLUDED_TOP = {".venv", ".git", "runs", "build", ".pytest_cache", ".ruff_cache", ".hypothesis"}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One removed safeguard: ``edits`` are (file, exact snippet, replacement), applied in order."""
+
+    id: str
+    removes: str
+    edits: tuple[tuple[str, str, str], ...]
+    note: str = ""
+    tags: tuple[str, ...] = field(default=())
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "clip-factors", "per-tuple clipping (factors forced to 1 in the DP step)",
+        (("framework/engine/dp_step.py",
+          "        factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=torch.float32)\n",
+          "        factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=torch.float32)\n"
+          "        factors = torch.ones_like(factors)  # MUTANT: clipping removed\n"),),
+    ),
+    Mutant(
+        "noise-add", "Gaussian noise (the noise.add_ call in the DP step)",
+        (("framework/engine/dp_step.py",
+          "            noise.add_([p.grad], std)\n",
+          "            pass  # MUTANT: noise removed\n"),),
+    ),
+    Mutant(
+        "freq-kappa", "FREQ-CLIP's κ (κ = 1, paper 1's Alg. 1 as published)",
+        (("plugins/entity_dp/clipping.py",
+          "        self._kappa = 1.0 / sensitivity_bound(sampling.degree_cap, sampling.k_neg)\n",
+          "        self._kappa = 1.0  # MUTANT: kappa removed\n"),),
+    ),
+    Mutant(
+        "expected-divisor", "the expected-batch divisor b̄ (divides by the realised batch size)",
+        (("framework/engine/dp_step.py",
+          "            p.grad.div_(expected_batch_size)\n",
+          "            p.grad.div_(max(b, 1))  # MUTANT: realised batch size\n"),),
+    ),
+    Mutant(
+        "wor-negatives", "NEG-SAMPLE-WOR (negatives drawn with replacement)",
+        (("plugins/entity_dp/sampler.py",
+          "        drawn = sample_without_replacement(n, min(wanted, n), generator)\n",
+          "        drawn = torch.randint(0, n, (min(wanted, n),), generator=generator)  # MUTANT: with replacement\n"),),
+    ),
+    Mutant(
+        "degree-cap", "the degree cap K (the entity samplers sample from every edge)",
+        (("plugins/entity_dp/sampler.py",
+          "        return cap_degrees(graph.edges, graph.num_nodes, self.params.degree_cap, generator)\n",
+          "        return graph.edges  # MUTANT: degree cap removed\n"),),
+    ),
+    Mutant(
+        "csprng", "the OS CSPRNG (noise drawn from a seeded torch generator)",
+        (("framework/engine/noise.py",
+          "        self.generator: torch.Generator | None = None\n",
+          "        self.generator: torch.Generator | None = torch.Generator().manual_seed(0)  # MUTANT: seeded PRNG\n"),),
+        note="targets the issue-6 code (re-checked when it landed)",
+        tags=("in-flux",),
+    ),
+    Mutant(
+        "site-delta-policy", "the site's δ check on the task (a task asking another δ is refused)",
+        (("connectors/flower/settings.py",
+          "    if asked is not None and float(asked) != float(site.delta):\n",
+          "    if False:  # MUTANT: task delta check removed\n"),),
+        note="targets the issue-6 code (re-checked when it landed)",
+        tags=("in-flux",),
+    ),
+    Mutant(
+        "site-delta-session", "the site's re-check of the session's σ/δ against its policy (δ part)",
+        (("connectors/flower/site.py",
+          "    if sigma < site.min_noise_multiplier or delta != site.delta:  # checked on the task already\n",
+          "    if sigma < site.min_noise_multiplier:  # MUTANT: delta re-check removed\n"),),
+        note="targets the issue-6 code (re-checked when it landed)",
+        tags=("in-flux",),
+    ),
+    Mutant(
+        "ledger-reserve", "the ledger reservation before training (reserve only after the steps ran)",
+        (("connectors/flower/site.py",
+          "        reservation = ledger.reserve(\n"
+          "            session.accountant, noise_multiplier=sigma, steps=local_steps, delta=delta,\n"
+          "            budget=site.epsilon_budget, site=site.site_name, run=str(context.run_id), round=server_round,\n"
+          "        )\n",
+          "        pass  # MUTANT: no reservation before training\n"),
+         ("connectors/flower/site.py",
+          "        session.train(local_steps)\n",
+          "        session.train(local_steps)\n"
+          "        reservation = ledger.reserve(  # MUTANT: reserved after the steps ran\n"
+          "            session.accountant, noise_multiplier=sigma, steps=local_steps, delta=delta,\n"
+          "            budget=site.epsilon_budget, site=site.site_name, run=str(context.run_id), round=server_round,\n"
+          "        )\n")),
+        note="targets the issue-6 code (re-checked when it landed)",
+        tags=("in-flux",),
+    ),
+    Mutant(
+        "session-nonprivate", "the private step (a private session wired to nonprivate_step)",
+        (("framework/session.py",
+          "        step_fn = dp_step if private else nonprivate_step\n",
+          "        step_fn = nonprivate_step  # MUTANT: private run without DP\n"),),
+    ),
+)
+
+# Not a real mutant: breaks the import of graphveil in the copy. --self-test runs it to prove
+# that the copy, not the original checkout, is what the suite imports.
+CANARY = Mutant(
+    "canary-import", "(self-test) importing graphveil fails in the copy",
+    (("framework/__init__.py", None, "raise ImportError('mutation canary: the copy is imported')\n"),),
+)
+
+PREFLIGHT = r"""
+import json, sys
+from importlib.metadata import entry_points
+import importlib
+import graphveil, graphveil.plugins, graphveil.connectors
+mods = {m.__name__: m.__file__ for m in (graphveil, graphveil.plugins, graphveil.connectors)}
+for ep in entry_points(group="graphveil"):
+    mods[ep.value] = importlib.import_module(ep.value).__file__
+print(json.dumps(mods))
+"""
+
+
+# ------------------------------------------------------------------------------------- copying
+def source_files(repo: Path) -> list[str]:
+    """Tracked and untracked-but-not-ignored files (git's view of the working tree)."""
+    out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         check=True, capture_output=True).stdout.decode()
+    files = []
+    for rel in sorted(set(filter(None, out.split("\0")))):
+        if rel.split("/", 1)[0] in EXCLUDED_TOP:
+            continue
+        if (repo / rel).is_file():  # tracked files deleted in the working tree are skipped
+            files.append(rel)
+    return files
+
+
+def make_copy(repo: Path, files: list[str], dest: Path) -> None:
+    for rel in files:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / rel, target, follow_symlinks=False)
+
+
+def apply(mutant: Mutant, root: Path) -> None:
+    """Apply every edit; each snippet must occur exactly once (``None``: prepend)."""
+    for rel, old, new in mutant.edits:
+        path = root / rel
+        text = path.read_text(encoding="utf-8")
+        if old is None:
+            text = new + text
+        else:
+            count = text.count(old)
+            if count != 1:
+                raise SetupError(f"mutant {mutant.id}: snippet occurs {count} times in {rel} (must be exactly once):\n{old}")
+            text = text.replace(old, new)
+        path.write_text(text, encoding="utf-8")
+
+
+def check_applies(mutant: Mutant, repo: Path) -> None:
+    for rel, old, _ in mutant.edits:
+        if old is None:
+            continue
+        count = (repo / rel).read_text(encoding="utf-8").count(old)
+        if count != 1:
+            raise SetupError(f"mutant {mutant.id}: snippet occurs {count} times in {rel} (must be exactly once):\n{old}")
+
+
+class SetupError(RuntimeError):
+    pass
+
+
+# ------------------------------------------------------------------------------------- running
+def environment(copy_root: Path, site_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site_dir), *filter(None, [env.get("PYTHONPATH")])])
+    env["GRAPHVEIL_MUTATION_ROOT"] = str(copy_root)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def preflight(python: str, copy_root: Path, env: dict[str, str]) -> None:
+    """Every graphveil module and entry point must come from the copy."""
+    proc = subprocess.run([python, "-c", PREFLIGHT], cwd=copy_root, env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise SetupError(f"preflight import failed in {copy_root}:\n{proc.stderr[-3000:]}")
+    files = json.loads(proc.stdout.strip().splitlines()[-1])
+    outside = {k: v for k, v in files.items() if not str(Path(v).resolve()).startswith(str(copy_root.resolve()) + os.sep)}
+    if outside:
+        raise SetupError(f"isolation broken: imported from outside the copy {copy_root}: {outside}")
+
+
+# pytest's short summary ("FAILED tests/x.py::t - ..."), not captured log lines ("ERROR    logger:...")
+FAILED_LINE = re.compile(r"^(FAILED|ERROR) (\S+\.py(?:::\S+)?)", re.M)
+
+
+@dataclass
+class Result:
+    id: str
+    removes: str
+    status: str  # killed | survived | timeout | baseline
+    first_failure: str
+    seconds: float
+    note: str = ""
+
+
+def run_suite(python: str, copy_root: Path, env: dict[str, str], tests: list[str], timeout: float,
+              log: Path) -> tuple[int | None, str, float]:
+    argv = [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    started = time.monotonic()
+    with log.open("w") as fh:
+        proc = subprocess.Popen(argv, cwd=copy_root, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            code: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            code = None
+    seconds = time.monotonic() - started
+    text = log.read_text(errors="replace")
+    match = FAILED_LINE.search(text)
+    first = match.group(2) if match else ""
+    if code not in (0, None) and not first:
+        tail = [ln for ln in text.strip().splitlines() if ln.strip()]
+        first = f"(exit {code}) " + (tail[-1][:160] if tail else "")
+    return code, first, seconds
+
+
+def run_one(mutant: Mutant | None, files: list[str], python: str, tests: list[str], timeout: float,
+            keep: Path | None, expect_import_failure: bool = False) -> Result:
+    work = Path(tempfile.mkdtemp(prefix=f"graphveil-mutant-{mutant.id if mutant else 'baseline'}-"))
+    try:
+        copy_root = work / REPO.name
+        make_copy(REPO, files, copy_root)
+        shared = REPO.parent / "shared"  # tests/conftest.py finds shared data next to the checkout
+        if shared.is_dir():
+            (work / "shared").symlink_to(shared)
+        site_dir = work / "_mutation_site"
+        site_dir.mkdir()
+        shutil.copy2(HERE / "sitecustomize.py", site_dir / "sitecustomize.py")
+        env = environment(copy_root, site_dir)
+        if not expect_import_failure:
+            preflight(python, copy_root, env)  # unmutated imports resolve into the copy
+        if mutant is not None:
+            apply(mutant, copy_root)
+        log = (keep or work) / f"{mutant.id if mutant else 'baseline'}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        code, first, seconds = run_suite(python, copy_root, env, tests, timeout, log)
+        if mutant is None:
+            status = "passed" if code == 0 else ("timeout" if code is None else "failed")
+        else:
+            status = "survived" if code == 0 else ("timeout" if code is None else "killed")
+        return Result(mutant.id if mutant else "baseline", mutant.removes if mutant else "(no mutant)",
+                      status, first, seconds, mutant.note if mutant else "")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def isolation_proof(files: list[str], python: str) -> dict[str, str]:
+    """Where graphveil, its layers and its entry points are imported from, in a fresh copy."""
+    work = Path(tempfile.mkdtemp(prefix="graphveil-mutant-proof-"))
+    try:
+        copy_root = work / REPO.name
+        make_copy(REPO, files, copy_root)
+        site_dir = work / "_mutation_site"
+        site_dir.mkdir()
+        shutil.copy2(HERE / "sitecustomize.py", site_dir / "sitecustomize.py")
+        env = environment(copy_root, site_dir)
+        preflight(python, copy_root, env)
+        proc = subprocess.run([python, "-c", PREFLIGHT], cwd=copy_root, env=env, capture_output=True, text=True)
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def table(results: list[Result]) -> str:
+    rows = [("mutant", "removes", "result", "first failing test", "seconds")]
+    rows += [(r.id, r.removes, r.status, r.first_failure or "-", f"{r.seconds:.0f}") for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    widths[1] = min(widths[1], 70)
+    widths[3] = min(widths[3], 90)
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append("  ".join(cell[: widths[i]].ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--only", action="append", default=[], metavar="ID", help="run only this mutant (repeatable)")
+    parser.add_argument("--skip-in-flux", action="store_true",
+                        help="skip the mutants marked in-flux (code being rewritten by issue 6)")
+    parser.add_argument("--tests", action="append", default=[], metavar="PATTERN",
+                        help="pytest arguments selecting tests (repeatable; default: the whole suite)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per suite run (default 3600)")
+    parser.add_argument("--no-baseline", action="store_true", help="do not run the unmutated suite first")
+    parser.add_argument("--self-test", action="store_true",
+                        help="prove isolation: a mutant that breaks importing graphveil in the copy must fail")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="write the results as JSON")
+    parser.add_argument("--keep-logs", type=Path, metavar="DIR", help="keep each run's pytest output here")
+    parser.add_argument("--python", default=sys.executable, help="python of the venv (default: this one)")
+    args = parser.parse_args(argv)
+
+    if args.list:
+        for m in MUTANTS:
+            where = ", ".join(sorted({e[0] for e in m.edits}))
+            print(f"{m.id:20s} {where:35s} {m.removes}" + (f"  [{m.note}]" if m.note else ""))
+        return 0
+    known = {m.id for m in MUTANTS}
+    unknown = [i for i in args.only if i not in known]
+    if unknown:
+        parser.error(f"unknown mutant(s) {unknown}; --list shows the ids")
+    selected = [m for m in MUTANTS if (not args.only or m.id in args.only)
+                and not (args.skip_in_flux and "in-flux" in m.tags)]
+    try:
+        for m in selected:
+            check_applies(m, REPO)  # fail before any copying if a snippet went stale
+        files = source_files(REPO)
+        results: list[Result] = []
+        if args.self_test:
+            print("preflight (unmutated copy):", json.dumps(isolation_proof(files, args.python), indent=1), flush=True)
+            r = run_one(CANARY, files, args.python, args.tests, args.timeout, args.keep_logs, expect_import_failure=True)
+            print(f"{r.id}: {r.status} in {r.seconds:.0f} s {r.first_failure}", flush=True)
+            if r.status != "killed":
+                raise SetupError("self-test: breaking graphveil in the copy did not fail the suite; "
+                                 "the suite does not import the copy")
+            results.append(r)
+            if not args.only:  # --self-test alone runs only the canary
+                selected = []
+        if not args.no_baseline and selected:
+            base = run_one(None, files, args.python, args.tests, args.timeout, args.keep_logs)
+            print(f"baseline: {base.status} in {base.seconds:.0f} s {base.first_failure}", flush=True)
+            if base.status != "passed":
+                raise SetupError(f"the unmutated suite does not pass ({base.status}: {base.first_failure}); "
+                                 "fix that first (or pass --no-baseline to run anyway)")
+        for m in selected:
+            r = run_one(m, files, args.python, args.tests, args.timeout, args.keep_logs)
+            results.append(r)
+            print(f"{r.id}: {r.status} in {r.seconds:.0f} s {r.first_failure}", flush=True)
+    except SetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print(table(results))
+    if args.json:
+        payload = {"tests": args.tests or ["(whole suite)"], "results": [vars(r) for r in results]}
+        args.json.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    bad = [r for r in results if r.status != "killed"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
