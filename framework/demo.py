@@ -17,6 +17,7 @@ from typing import Any
 
 from graphveil.config import RunConfig, config_from_dict, merge_config
 from graphveil.outputs import RunDirectory, dumps, format_table
+from graphveil.records_store import MemoryRecordsStore
 from graphveil.runner import RESULT_COLUMNS, run_training
 
 TARGET_EPSILON = 10.0
@@ -100,12 +101,14 @@ def run_demo(quick: bool = False, output: Path | None = None, progress: bool = T
         raise FileExistsError(f"demo output {root} already exists")
     configs = demo_configs(quick, root, progress)
     graph = load_graph(configs[0][1].data)  # every row uses the same graph and split
+    # ... and the entity-level rows the same degree-capped Ē, drawn once (as a site's ledger does).
+    records = MemoryRecordsStore()
     print(f"GraphVeil demo: {graph!r}; {len(configs)} runs, ε target {TARGET_EPSILON:g}", flush=True)
     rows = []
     started = time.perf_counter()
     for label, cfg in configs:
         print(f"\n== {label}", flush=True)
-        result = run_training(cfg, graph=graph)
+        result = run_training(cfg, graph=graph, records_store=records)
         rows.append({**result["row"], "name": label})
         print(result["table"].splitlines()[-1], flush=True)
     table = format_table(rows, RESULT_COLUMNS)
