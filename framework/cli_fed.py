@@ -80,6 +80,15 @@ class SiteSettings(BaseModel):
     data_path: Path | None = Field(None, alias="data-path",
                                    description="Edge file (edge_list), folder (citeseer_tape) or .pt file (pyg).")
     data_entities: Path | None = Field(None, alias="data-entities", description="Entity table (edge_list).")
+    data_source_col: str | None = Field(None, alias="data-source-col", min_length=1, description=(
+        "edge_list: edge-file header column of a relation's first entity id (with data-target-col); "
+        "default: a recognised header pair such as source/target (data.source_col)."))
+    data_target_col: str | None = Field(None, alias="data-target-col", min_length=1, description=(
+        "edge_list: edge-file header column of a relation's second entity id (data.target_col)."))
+    data_id_col: str | None = Field(None, alias="data-id-col", min_length=1, description=(
+        "edge_list: entity-table column (JSONL: key) of the entity id; default 'id' (data.id_col)."))
+    data_text_col: str | None = Field(None, alias="data-text-col", min_length=1, description=(
+        "edge_list: entity-table column (JSONL: key) of the entity text; default 'text' (data.text_col)."))
     epsilon_budget: PositiveFinite = Field(alias="epsilon-budget",
                                   description="Total ε this site will ever release, across rounds and runs.")
     delta: Probability = Field(
@@ -161,6 +170,12 @@ class SiteSettings(BaseModel):
             raise ConfigError(f"{source}: data-path is required for data-source {settings.data_source!r}")
         if settings.data_source == "edge_list" and settings.data_entities is None:
             raise ConfigError(f"{source}: data-entities is required for data-source 'edge_list'")
+        columns = {k: v for k, v in settings.data_columns.items() if v is not None}
+        if columns and settings.data_source != "edge_list":
+            key = f"data-{next(iter(columns)).replace('_', '-')}"
+            raise ConfigError(f"{source}: {key} applies only to data-source 'edge_list'")
+        if (settings.data_source_col is None) != (settings.data_target_col is None):
+            raise ConfigError(f"{source}: give both data-source-col and data-target-col, or neither")
         return settings
 
     @classmethod
@@ -193,7 +208,14 @@ class SiteSettings(BaseModel):
             out["path"] = str(self.data_path)
         if self.data_entities is not None:
             out["entities"] = str(self.data_entities)
+        out.update({k: v for k, v in self.data_columns.items() if v is not None})
         return out
+
+    @property
+    def data_columns(self) -> dict[str, str | None]:
+        """``data-source-col`` … ``data-text-col`` under their run-config names (``source_col`` …)."""
+        return {"source_col": self.data_source_col, "target_col": self.data_target_col,
+                "id_col": self.data_id_col, "text_col": self.data_text_col}
 
 
 def _flatten(raw: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

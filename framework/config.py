@@ -77,9 +77,21 @@ class DataConfig(_Strict):
         "CiteSeer folder; edge_list: edges CSV/TSV + entity table; pyg: a saved torch_geometric Data."
     )
     path: Path | None = Field(None, description="Folder (citeseer_tape), edge file (edge_list) or .pt file (pyg).")
-    entities: Path | None = Field(None, description="Entity table for edge_list: CSV/TSV/JSONL with id and text.")
+    entities: Path | None = Field(None, description=(
+        "Entity table for edge_list: CSV/TSV/JSONL with an id and a text column (id_col, text_col)."))
     split: SplitConfig = Field(default_factory=SplitConfig)
     max_entities: int | None = Field(None, gt=0, description="Keep only the first N entities (quick runs).")
+    source_col: str | None = Field(None, min_length=1, description=(
+        "edge_list: header column of the edge file holding the first entity id of each relation "
+        "(set with target_col). Default: the first row is a header if it names a recognised pair "
+        "(source/target, src/dst, from/to, ...), data if it holds known entity ids."))
+    target_col: str | None = Field(None, min_length=1, description=(
+        "edge_list: header column of the edge file holding the second entity id (set with source_col)."))
+    id_col: str = Field("id", min_length=1, description="edge_list: column (JSONL: key) of the entity table holding the entity id.")
+    text_col: str = Field("text", min_length=1, description="edge_list: column (JSONL: key) of the entity table holding the entity text.")
+    label_col: str | None = Field(None, min_length=1, description=(
+        "edge_list: column (JSONL: key) of the entity table holding a class label (empty: unlabelled). "
+        "Default: no labels."))
 
     @model_validator(mode="after")
     def _paths(self) -> DataConfig:
@@ -87,6 +99,21 @@ class DataConfig(_Strict):
             raise ValueError(f"data.path is required for source {self.source!r}")
         if self.source == "edge_list" and self.entities is None:
             raise ValueError("data.entities is required for source 'edge_list'")
+        return self
+
+    @model_validator(mode="after")
+    def _columns(self) -> DataConfig:
+        fields = type(self).model_fields
+        named = [k for k in ("source_col", "target_col", "id_col", "text_col", "label_col")
+                 if getattr(self, k) != fields[k].default]
+        if self.source != "edge_list" and named:
+            raise ValueError(f"data.{named[0]} applies only to source 'edge_list' (source is {self.source!r})")
+        if (self.source_col is None) != (self.target_col is None):
+            raise ValueError("give both data.source_col and data.target_col, or neither")
+        if self.source_col is not None and self.source_col == self.target_col:
+            raise ValueError(f"data.source_col and data.target_col name the same column {self.source_col!r}")
+        if self.id_col == self.text_col:
+            raise ValueError(f"data.id_col and data.text_col name the same column {self.id_col!r}")
         return self
 
 

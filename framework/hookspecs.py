@@ -1,8 +1,15 @@
 """Hook specifications for GraphVeil plugins (pluggy project ``graphveil``).
 
-A plugin is a module or object with functions marked ``@hookimpl``. It is found through the
-entry-point group ``graphveil`` (the built-ins use it too) or registered directly with
-:meth:`graphveil.host.PluginHost.register`.
+A plugin is a module or object with functions marked ``@hookimpl``; only marked functions are
+hooks (an unmarked ``graphveil_clippers`` is an ordinary function and provides nothing). A
+plugin is found through the entry-point group ``graphveil`` (the built-ins use it too) or
+registered directly with :meth:`graphveil.host.PluginHost.register`, which refuses an
+implementation whose name matches no spec below.
+
+The specs are grouped by phase, like pytest's ``hookspec.py``: the component families are
+called once per plugin at registration; the lifecycle hooks are called while a run goes and
+receive read-only views (:func:`graphveil.host.read_only`). None of them is ``firstresult``;
+a ``firstresult`` spec added later must say "Stops at first non-None result" in its docstring.
 """
 
 from __future__ import annotations
@@ -19,7 +26,11 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 # --------------------------------------------------------------------------------------------
-# Component families
+# Component families: called once per plugin when it is registered. Each returns named factories;
+# a factory is usually the component class, called with its validated ``Params`` instance.
+# Names are lowercase letters, digits and underscores, unique within a family across all
+# plugins (a clash is an error naming both plugins). The profiles a factory declares are read
+# by the invariant check before any data is touched.
 # --------------------------------------------------------------------------------------------
 
 
@@ -28,11 +39,13 @@ def graphveil_samplers() -> Mapping[str, Any]:
     """Name the sampler factories this plugin provides.
 
     Each factory is a subclass of :class:`graphveil.components.Sampler` (or a callable
-    returning one) with a ``Params`` model and a class-level ``sampling_kind``: the
-    distribution its batches are drawn from, as the accountant will assume it.
+    returning one) with a ``Params`` model. It must declare its *sampling profile* at class
+    level: ``sampling_kind`` (a :class:`graphveil.profiles.SamplingKind`, the distribution its
+    batches are drawn from exactly as the accountant will assume it: name the sampler after
+    it) and ``unit`` (the :class:`graphveil.profiles.PrivacyUnit` it samples for). Its
+    ``prepare`` returns the numeric :class:`graphveil.profiles.SamplingProfile`.
 
-    :returns: mapping of component name → factory. Names are lowercase and unique across all
-        plugins; a clash is an error naming both plugins.
+    :returns: mapping of component name → factory, e.g. ``{"entity_poisson_wor": PoissonWORSampler}``.
     """
 
 
@@ -40,10 +53,13 @@ def graphveil_samplers() -> Mapping[str, Any]:
 def graphveil_clippers() -> Mapping[str, Any]:
     """Name the clipper factories this plugin provides.
 
-    Each factory is a subclass of :class:`graphveil.components.Clipper` declaring its
-    ``sensitivity_kind`` with respect to its privacy ``unit``.
+    Each factory is a subclass of :class:`graphveil.components.Clipper` with a ``Params``
+    model. It must declare its *sensitivity profile* at class level: ``sensitivity_kind`` (a
+    :class:`graphveil.profiles.SensitivityKind`: how much the clipped sum can move when one
+    privacy unit changes, in units of ``clip_norm``) and ``unit`` (the privacy unit that
+    sensitivity is with respect to).
 
-    :returns: mapping of component name → factory.
+    :returns: mapping of component name → factory, e.g. ``{"freq_clip": FreqClipper}``.
     """
 
 
@@ -51,10 +67,13 @@ def graphveil_clippers() -> Mapping[str, Any]:
 def graphveil_accountants() -> Mapping[str, Any]:
     """Name the accountant factories this plugin provides.
 
-    Each factory is a subclass of :class:`graphveil.components.Accountant` declaring in
-    ``supports`` exactly the (sampling kind, sensitivity kind) pairs it can analyse.
+    Each factory is a subclass of :class:`graphveil.components.Accountant` with a ``Params``
+    model. It must declare ``mechanism`` (its name in a saved state), ``unit`` and
+    ``supports``: exactly the (:class:`~graphveil.profiles.SamplingKind`,
+    :class:`~graphveil.profiles.SensitivityKind`) pairs it can analyse. A run whose sampler and
+    clipper form any other pair is refused before data is read.
 
-    :returns: mapping of component name → factory.
+    :returns: mapping of component name → factory, e.g. ``{"coupled_rdp_freq": CoupledRdpFreqAccountant}``.
     """
 
 
@@ -62,39 +81,51 @@ def graphveil_accountants() -> Mapping[str, Any]:
 def graphveil_encoders() -> Mapping[str, Any]:
     """Name the encoder factories this plugin provides.
 
-    Each factory is a subclass of :class:`graphveil.components.Encoder`.
+    Each factory is a subclass of :class:`graphveil.components.Encoder` with a ``Params``
+    model. An encoder declares no privacy profile, but its ``embed`` must keep entities apart
+    along dimension 0 (no batch norm) so per-tuple gradients are what the clipper sees.
 
-    :returns: mapping of component name → factory.
+    :returns: mapping of component name → factory, e.g. ``{"hf_lora": HfLoraEncoder}``.
     """
 
 
 # --------------------------------------------------------------------------------------------
 # Lifecycle: logging, auditing and monitoring plugins observe; they cannot change results.
+# Every mapping argument is a deep read-only copy (``types.MappingProxyType``; sequences become
+# tuples): writing to it raises ``TypeError``, and what the caller records is unaffected.
+# ``json.dumps(metrics, default=dict)`` serialises one; ``dict(metrics)`` is a shallow mutable copy.
 # --------------------------------------------------------------------------------------------
 
 
 @hookspec
-def graphveil_step_end(step: int, metrics: Mapping[str, float]) -> None:
-    """Called after every optimizer step.
+def graphveil_step_end(step: int, metrics: Mapping[str, Any]) -> None:
+    """Observe one optimizer step of a training session, before it is logged.
 
     :param step: 1-based step index within the session.
-    :param metrics: loss, batch size, clipped fraction, ε spent so far.
+    :param metrics: read-only view of the step's record as written to ``metrics.jsonl``:
+        loss, batch size, clipped fraction, ``step`` and (private runs) ε spent so far.
+    :returns: nothing; a return value is ignored.
     """
 
 
 @hookspec
 def graphveil_round_end(server_round: int, metrics: Mapping[str, Any]) -> None:
-    """Called by the federated server after each round has been aggregated.
+    """Observe one federated round, after it has been aggregated and written to ``rounds.jsonl``.
 
     :param server_round: 1-based round number.
-    :param metrics: aggregated metrics and each site's reported ε.
+    :param metrics: read-only view of the round's record: aggregated metrics and each site's
+        status and reported ε (``metrics["sites"]`` is a tuple of read-only mappings).
+    :returns: nothing; a return value is ignored.
     """
 
 
 @hookspec
 def graphveil_run_end(run_dir: Path | None, report: Mapping[str, Any]) -> None:
-    """Called once when a training session ends.
+    """Observe the end of a training session, after its privacy report has been written.
 
-    :param run_dir: the output directory, or ``None`` for a session without one.
-    :param report: the privacy report and final evaluation metrics.
+    :param run_dir: the final output directory (it appears under this name once the run
+        commits), or ``None`` for a session without one.
+    :param report: read-only view of the privacy report (as in ``privacy.json``) merged with
+        the final evaluation metrics.
+    :returns: nothing; a return value is ignored.
     """

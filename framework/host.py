@@ -4,16 +4,26 @@ Discovery is one entry-point scan of the group ``graphveil``. ``GRAPHVEIL_DISABL
 skips third-party entry points (the built-ins still load); ``block`` skips named plugins except
 the essential ones. Registration is all-or-nothing: a plugin's components are collected and
 checked before anything is recorded, and a name clash names both plugins.
+
+Hooks follow pluggy's rule: only functions marked ``@hookimpl`` count, component hooks are
+called through a pluggy hook caller, and an implementation without a spec is refused naming
+plugin and hook. Lifecycle hooks are called with :func:`read_only` views of what the caller
+then writes, so an observing plugin cannot change a run's record.
 """
 
 from __future__ import annotations
 
+import copy
+import difflib
 import importlib
+import inspect
 import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from types import MappingProxyType
 from typing import Any
 
 import pluggy
@@ -55,6 +65,10 @@ class ComponentInfo:
         return getattr(self.factory, "Params", NoParams)
 
 
+class PluginWarning(UserWarning):
+    """A plugin does something that is probably not what its author meant (it still loads)."""
+
+
 class PluginHost:
     """Registry of plugins and their components.
 
@@ -63,8 +77,7 @@ class PluginHost:
     """
 
     def __init__(self, *, autoload: bool = True, block: Iterable[str] = ()) -> None:
-        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
-        self.pm.add_hookspecs(hookspecs)
+        self.pm = _manager()
         self._components: dict[tuple[str, str], ComponentInfo] = {}
         blocked = set(block)
         essential_blocked = blocked & ESSENTIAL_PLUGINS
@@ -89,50 +102,89 @@ class PluginHost:
             self.register(plugin, ep.name)
 
     def register(self, plugin: Any, name: str) -> None:
-        """Register ``plugin`` under ``name``; validates everything before changing any state."""
+        """Register ``plugin`` under ``name``; validates everything before changing any state.
+
+        Only functions marked ``@hookimpl`` are hooks (pluggy's rule): an unmarked function
+        named like a hook is ignored, with a :class:`PluginWarning`. The plugin is first
+        registered on a scratch manager, which checks every implementation against its spec
+        and rejects implementations with no spec; its component hooks are then called through
+        that manager's hook caller, and the components checked for names, base classes and
+        clashes. Only when all of that passes is the plugin registered on :attr:`pm`.
+
+        :param plugin: a module, an object with hook methods, or a module's dotted name.
+        :param name: the plugin's name (an entry point's name for discovered plugins).
+        :raises PluginError: naming the plugin (and the hook, or the other plugin on a clash).
+        """
         if self.pm.has_plugin(name):
             raise PluginError(f"a plugin named {name!r} is already registered")
         if isinstance(plugin, str):
-            plugin = importlib.import_module(plugin)
-        new = self._collect(plugin, name)
-        # Validate the hook signatures on a scratch manager so a bad plugin leaves no trace.
-        scratch = pluggy.PluginManager(hookspecs.PROJECT)
-        scratch.add_hookspecs(hookspecs)
+            try:
+                plugin = importlib.import_module(plugin)
+            except Exception as exc:  # a broken plugin must say who it is
+                raise PluginError(f"plugin {name!r} ({plugin}) failed to import: {exc}") from exc
+        if self.pm.is_registered(plugin):
+            other = self.pm.get_name(plugin)
+            raise PluginError(f"plugin {name!r} is already registered as plugin {other!r}")
+        scratch = _manager()
         try:
             scratch.register(plugin, name)
-            scratch.check_pending()
-        except pluggy.PluginValidationError as exc:
-            raise PluginError(f"plugin {name!r}: {exc}") from exc
+        except pluggy.PluginValidationError as exc:  # names hook and signature, over several lines
+            detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            raise PluginError(f"plugin {name!r}: {detail}") from exc
+        _check_specs(scratch, name)
+        _warn_unmarked(scratch, plugin, name)
+        new = self._collect(scratch, name)
         self.pm.register(plugin, name)
         self._components.update(new)
 
-    def _collect(self, plugin: Any, plugin_name: str) -> dict[tuple[str, str], ComponentInfo]:
+    def _collect(self, scratch: pluggy.PluginManager, plugin_name: str) -> dict[tuple[str, str], ComponentInfo]:
+        """Call the component hooks of the one plugin on ``scratch`` and check what they return."""
         found: dict[tuple[str, str], ComponentInfo] = {}
         for family, (hook_name, base) in FAMILIES.items():
-            impl = getattr(plugin, hook_name, None)
-            if impl is None:
+            caller = getattr(scratch.hook, hook_name)
+            impls = caller.get_hookimpls()
+            if not impls:
                 continue
-            provided = impl()
-            if not isinstance(provided, Mapping):
-                raise PluginError(f"plugin {plugin_name!r}: {hook_name}() must return a mapping of name → factory")
-            for comp_name, factory in provided.items():
-                if not isinstance(comp_name, str) or not _NAME.match(comp_name):
-                    raise PluginError(
-                        f"plugin {plugin_name!r}: {family} name {comp_name!r} must be lowercase "
-                        "letters, digits and underscores, starting with a letter"
-                    )
-                if isinstance(factory, type) and not issubclass(factory, base):
-                    raise PluginError(
-                        f"plugin {plugin_name!r}: {family} {comp_name!r} must subclass {base.__name__}"
-                    )
-                key = (family, comp_name)
-                other = self._components.get(key)
-                if other is not None:
-                    raise PluginError(
-                        f"{family} {comp_name!r} is registered by both plugin {other.plugin!r} "
-                        f"and plugin {plugin_name!r}"
-                    )
-                found[key] = ComponentInfo(family, comp_name, plugin_name, factory)
+            if any(impl.wrapper or impl.hookwrapper for impl in impls):
+                raise PluginError(
+                    f"plugin {plugin_name!r}: {hook_name} is a component hook and cannot be a "
+                    "wrapper; return a mapping of name → factory instead"
+                )
+            try:
+                results = caller()
+            except Exception as exc:
+                raise PluginError(
+                    f"plugin {plugin_name!r}: {hook_name}() raised {type(exc).__name__}: {exc}"
+                ) from exc
+            # pluggy drops None results, so a missing result is an implementation returning None.
+            bad = next((r for r in results if not isinstance(r, Mapping)), None)
+            if bad is not None or len(results) != len(impls):
+                got = "None" if bad is None else type(bad).__name__
+                raise PluginError(
+                    f"plugin {plugin_name!r}: {hook_name}() must return a mapping of name → factory "
+                    f"(got {got})"
+                )
+            for provided in results:
+                for comp_name, factory in provided.items():
+                    if not isinstance(comp_name, str) or not _NAME.match(comp_name):
+                        raise PluginError(
+                            f"plugin {plugin_name!r}: {family} name {comp_name!r} must be lowercase "
+                            "letters, digits and underscores, starting with a letter"
+                        )
+                    if isinstance(factory, type) and not issubclass(factory, base):
+                        raise PluginError(
+                            f"plugin {plugin_name!r}: {family} {comp_name!r} must subclass {base.__name__}"
+                        )
+                    key = (family, comp_name)
+                    if key in found:  # two implementations of the hook (``specname``) in one plugin
+                        raise PluginError(f"plugin {plugin_name!r}: {family} {comp_name!r} is provided twice")
+                    other = self._components.get(key)
+                    if other is not None:
+                        raise PluginError(
+                            f"{family} {comp_name!r} is registered by both plugin {other.plugin!r} "
+                            f"and plugin {plugin_name!r}"
+                        )
+                    found[key] = ComponentInfo(family, comp_name, plugin_name, factory)
         return found
 
     # ---------------------------------------------------------------------------- lookup
@@ -169,6 +221,80 @@ class PluginHost:
     @property
     def hook(self) -> Any:
         return self.pm.hook
+
+
+def _manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def _check_specs(scratch: pluggy.PluginManager, plugin_name: str) -> None:
+    """Reject hook implementations without a spec: pluggy's ``check_pending``, naming the fix.
+
+    A ``graphveil_*`` implementation must match a spec even if marked ``optionalhook``: the
+    project owns that prefix and plugins cannot add specs, so it can only be a typo.
+    """
+    for hook_name, caller in vars(scratch.hook).items():
+        if hook_name.startswith("_") or caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.optionalhook and not hook_name.startswith(f"{hookspecs.PROJECT}_"):
+                continue
+            close = difflib.get_close_matches(hook_name, _SPEC_NAMES, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known hooks: {', '.join(_SPEC_NAMES)}"
+            raise PluginError(
+                f"plugin {plugin_name!r}: {impl.function.__qualname__} is marked @hookimpl for hook "
+                f"{hook_name!r}, which has no specification{hint}"
+            )
+
+
+def _warn_unmarked(scratch: pluggy.PluginManager, plugin: Any, plugin_name: str) -> None:
+    """Warn about functions named like a hook but not marked ``@hookimpl`` (they are not hooks)."""
+    for attr in dir(plugin):
+        if attr not in _SPEC_NAMES or scratch.parse_hookimpl_opts(plugin, attr) is not None:
+            continue
+        if getattr(scratch.hook, attr).get_hookimpls():  # implemented under another name (specname)
+            continue
+        if callable(inspect.getattr_static(plugin, attr, None)):
+            warnings.warn(
+                f"plugin {plugin_name!r}: {attr} is not marked @hookimpl, so it is not a hook and is "
+                "ignored; decorate it with graphveil.hookspecs.hookimpl",
+                PluginWarning, stacklevel=3,
+            )
+
+
+_SPEC_NAMES = sorted(
+    name for name in dir(hookspecs)
+    if name.startswith(f"{hookspecs.PROJECT}_") and callable(getattr(hookspecs, name))
+)
+
+
+def read_only(value: Any) -> Any:
+    """A deep read-only copy of ``value``: what lifecycle hooks receive.
+
+    Mappings become :class:`types.MappingProxyType` views of fresh dicts, lists and tuples
+    become tuples, sets frozensets; anything else is deep-copied. A plugin therefore cannot
+    change what the caller writes afterwards (``metrics.jsonl``, ``rounds.jsonl``, the privacy
+    report); trying raises ``TypeError``. ``json.dumps(view, default=dict)`` serialises a view.
+
+    >>> view = read_only({"loss": 0.5, "sites": [{"site": "a", "epsilon": 1.0}]})
+    >>> view["sites"][0]["epsilon"]
+    1.0
+    >>> view["loss"] = 0.0
+    Traceback (most recent call last):
+    ...
+    TypeError: 'mappingproxy' object does not support item assignment
+    >>> import json; json.dumps(view, default=dict)
+    '{"loss": 0.5, "sites": [{"site": "a", "epsilon": 1.0}]}'
+    """
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: read_only(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(read_only(v) for v in value)
+    if isinstance(value, set | frozenset):
+        return frozenset(read_only(v) for v in value)
+    return copy.deepcopy(value)
 
 
 _default: PluginHost | None = None

@@ -9,7 +9,7 @@ import torch
 
 from graphveil.config import RunConfig
 from graphveil.data import RelationalGraph
-from graphveil.host import PluginHost
+from graphveil.host import PluginHost, read_only
 from graphveil.outputs import RunDirectory, format_table
 from graphveil.records_store import RecordsStore
 from graphveil.session import TrainingSession
@@ -53,7 +53,7 @@ def run_training(config: RunConfig, *, host: PluginHost | None = None,
                "noise_multiplier": report["noise_multiplier"], "steps": train["steps"],
                "seconds": time.perf_counter() - started}
         out.log_metrics({"final": True, **row})
-        session.host.hook.graphveil_run_end(run_dir=out.final, report={**report, **evaluation})
+        session.host.hook.graphveil_run_end(run_dir=out.final, report=read_only({**report, **evaluation}))
         run_dir = out.commit()
     except BaseException:
         out.discard()

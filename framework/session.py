@@ -24,7 +24,7 @@ from graphveil.config import RunConfig
 from graphveil.data import RelationalGraph
 from graphveil.errors import ConfigError, PrivacyError
 from graphveil.evaluation import relation_prediction
-from graphveil.host import PluginHost, default_host
+from graphveil.host import PluginHost, default_host, read_only
 from graphveil.privacy.delta import DEFAULT_DELTA_RULE, default_delta, delta_too_large
 from graphveil.profiles import PrivacyUnit, SensitivityKind, check_compatible
 from graphveil.records_store import RecordsStore, records_key
@@ -255,7 +255,7 @@ class TrainingSession:
                 metrics["epsilon"] = self.accountant.get_epsilon(self.delta)
             if metrics.get("loss") is not None:
                 losses.append(metrics["loss"])
-            self.host.hook.graphveil_step_end(step=self.steps_done, metrics=metrics)
+            self.host.hook.graphveil_step_end(step=self.steps_done, metrics=read_only(metrics))
             if on_step is not None:
                 on_step(self.steps_done, metrics)
             progress.update(1)

@@ -83,3 +83,41 @@ def test_removed_secure_rng_names_the_replacement(tmp_path: Path) -> None:
     msg = str(err.value)
     assert msg.startswith(f"{path}: privacy: privacy.secure_rng was removed")
     assert "always drawn from the OS CSPRNG" in msg and "privacy.research_noise_seed" in msg
+
+
+def test_data_column_keys_default_to_the_loader_defaults_and_are_checked(tmp_path: Path) -> None:
+    data = {"source": "edge_list", "path": "/d/e.csv", "entities": "/d/n.csv"}
+    cfg = load_config(write(tmp_path, GOOD), [f"data={data}"])
+    assert (cfg.data.source_col, cfg.data.target_col, cfg.data.id_col, cfg.data.text_col, cfg.data.label_col) == (
+        None, None, "id", "text", None)
+    cfg = load_config(write(tmp_path, GOOD), [f"data={data}", "data.source_col=id_1", "data.target_col=id_2",
+                                              "data.id_col=node", "data.text_col=abstract", "data.label_col=kind"])
+    assert (cfg.data.source_col, cfg.data.target_col, cfg.data.id_col, cfg.data.text_col, cfg.data.label_col) == (
+        "id_1", "id_2", "node", "abstract", "kind")
+    from graphveil.config import DataConfig
+
+    assert all(DataConfig.model_fields[k].description
+               for k in ("source_col", "target_col", "id_col", "text_col", "label_col"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "pattern"),
+    [
+        (["data.source_col=id_1"], r"run\.yaml: data: give both data\.source_col and data\.target_col, or neither"),
+        (["data.target_col=id_2"], r"give both data\.source_col and data\.target_col"),
+        (["data.source_col=a", "data.target_col=a"], r"data\.source_col and data\.target_col name the same column 'a'"),
+        (["data.id_col=x", "data.text_col=x"], r"data\.id_col and data\.text_col name the same column 'x'"),
+        (["data.id_col="], r"data\.id_col: Input should be a valid string"),
+        (["data.text_col=''"], r"data\.text_col: String should have at least 1 character"),
+    ],
+)
+def test_data_column_key_errors_name_the_key(tmp_path: Path, overrides: list[str], pattern: str) -> None:
+    edge_list = ["data.source=edge_list", "data.path=/d/e.csv", "data.entities=/d/n.csv"]
+    with pytest.raises(ConfigError, match=pattern):
+        load_config(write(tmp_path, GOOD), edge_list + overrides)
+
+
+def test_data_column_keys_apply_to_edge_list_only(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"data\.id_col applies only to source 'edge_list' \(source is 'citeseer'\)"):
+        load_config(write(tmp_path, GOOD), ["data.id_col=node"])
+    assert load_config(write(tmp_path, GOOD), ["data.id_col=id"]).data.source == "citeseer"  # the default is no change

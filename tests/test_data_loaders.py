@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from torch_geometric.data import Data
 
-from graphveil.config import DataConfig
+from graphveil.cli import main
+from graphveil.config import DataConfig, load_config
 from graphveil.data import (
     load_bundled_citeseer,
     load_citeseer_tape,
@@ -294,3 +296,110 @@ def test_load_graph_dispatch(tmp_path: Path) -> None:
     assert load_graph(DataConfig(source="pyg", path=tmp_path / "g.pt", max_entities=10)).num_nodes == 10
     if TAPE.is_dir():
         assert load_graph(DataConfig(source="citeseer_tape", path=TAPE)).num_edges == 4225
+
+
+# ------------------------------------------------------------- column names from the run config (issue 7)
+
+RUN = {
+    "name": "cols",
+    "sampler": {"name": "entity_poisson_wor", "batch_size": 4, "k_neg": 1, "degree_cap": 4},
+    "clipper": {"name": "freq_clip", "clip_norm": 1.0},
+    "accountant": {"name": "coupled_rdp_freq"},
+    "encoder": {"name": "hf_lora", "model": "tiny-bert", "max_length": 16, "lora_layers": 1},
+    "training": {"steps": 1},
+    "privacy": {"target_epsilon": 8.0},
+}
+COLUMN_SETS = ["data.source_col=id_1", "data.target_col=id_2", "data.id_col=node", "data.text_col=abstract"]
+
+
+def own_columns(tmp_path: Path) -> Path:
+    """A run config over an edge file headed ``id_1,id_2`` and an entity table headed ``node,abstract``."""
+    write(tmp_path / "nodes.csv", 'node,abstract\nn1,"first, paper"\nn2,second\nn3,third\n')
+    write(tmp_path / "links.csv", "id_1,id_2\nn1,n2\nn3,n2\n")
+    data = {"source": "edge_list", "path": str(tmp_path / "links.csv"), "entities": str(tmp_path / "nodes.csv")}
+    return write(tmp_path / "run.yaml", yaml.safe_dump({**RUN, "data": data}))
+
+
+def test_column_keys_from_run_config_overrides(tmp_path: Path) -> None:
+    cfg = load_config(own_columns(tmp_path), COLUMN_SETS)  # what `graphveil run ... --set` applies
+    assert (cfg.data.source_col, cfg.data.target_col, cfg.data.id_col, cfg.data.text_col) == ("id_1", "id_2", "node", "abstract")
+    g = load_graph(cfg.data)
+    assert g.entity_ids == ["n1", "n2", "n3"] and g.texts == ["first, paper", "second", "third"]
+    assert edge_set(g) == {frozenset(("n1", "n2")), frozenset(("n2", "n3"))} and g.labels is None
+    # label_col too, and JSONL keys
+    write(tmp_path / "nodes.jsonl", "".join(json.dumps({"node": f"n{i}", "abstract": f"t{i}", "topic": "AB"[i % 2]}) + "\n"
+                                          for i in (1, 2, 3)))
+    cfg = load_config(tmp_path / "run.yaml", [*COLUMN_SETS, f"data.entities={tmp_path / 'nodes.jsonl'}", "data.label_col=topic"])
+    g = load_graph(cfg.data)
+    assert g.texts == ["t1", "t2", "t3"] and [g.label_names[c] for c in g.labels.tolist()] == ["B", "A", "B"]
+
+
+@pytest.mark.slow
+def test_graphveil_run_with_column_keys_set_on_the_command_line(tmp_path: Path, capsys) -> None:
+    n = 40
+    write(tmp_path / "nodes.csv", "node,abstract\n" + "".join(f"n{i},paper {i} on topic {i % 5}\n" for i in range(n)))
+    write(tmp_path / "links.csv", "id_1,id_2\n" + "".join(f"n{i},n{(i + 1) % n}\nn{i},n{(7 * i + 3) % n}\n" for i in range(n)))
+    data = {"source": "edge_list", "path": str(tmp_path / "links.csv"), "entities": str(tmp_path / "nodes.csv")}
+    config = write(tmp_path / "run.yaml", yaml.safe_dump({**RUN, "data": data, "evaluation": {"batch_size": 8}}))
+    out = tmp_path / "out"
+    argv = ["run", str(config), "--output", str(out), "--no-progress"]
+    for item in COLUMN_SETS:
+        argv += ["--set", item]
+    assert main(argv) == 0, capsys.readouterr().err
+    resolved = yaml.safe_load((out / "config.resolved.yaml").read_text())["data"]
+    assert {k: resolved[k] for k in ("source_col", "target_col", "id_col", "text_col", "label_col")} == {
+        "source_col": "id_1", "target_col": "id_2", "id_col": "node", "text_col": "abstract", "label_col": None}
+    assert json.loads((out / "privacy.json").read_text())["steps"] == 1
+
+
+def test_without_column_keys_the_advice_names_the_config_keys(tmp_path: Path) -> None:
+    cfg = load_config(own_columns(tmp_path), COLUMN_SETS[2:])
+    with pytest.raises(DataError, match=r"links\.csv, line 1: cannot tell whether \['id_1', 'id_2'\] is a header.*"
+                                        r"set data\.source_col and data\.target_col to two of its columns$"):
+        load_graph(cfg.data)
+    cfg = load_config(tmp_path / "run.yaml", COLUMN_SETS[:2])
+    with pytest.raises(DataError, match=r"nodes\.csv, line 1: header has no column 'id' \(columns: node, abstract\); "
+                                        r"set data\.id_col to the right one$"):
+        load_graph(cfg.data)
+
+
+@pytest.mark.parametrize(
+    ("sets", "file", "column", "key", "columns"),
+    [
+        (["data.target_col=dst"], "links.csv", "dst", "data.target_col", "id_1, id_2"),
+        (["data.source_col=from"], "links.csv", "from", "data.source_col", "id_1, id_2"),
+        (["data.id_col=Node"], "nodes.csv", "Node", "data.id_col", "node, abstract"),
+        (["data.text_col=text"], "nodes.csv", "text", "data.text_col", "node, abstract"),
+        (["data.label_col=topic"], "nodes.csv", "topic", "data.label_col", "node, abstract"),
+    ],
+)
+def test_missing_column_exits_2_naming_file_column_columns_and_key(
+    tmp_path: Path, capsys, sets, file, column, key, columns
+) -> None:
+    out = tmp_path / "out"
+    argv = ["run", str(own_columns(tmp_path)), "--output", str(out), "--no-progress"]
+    for item in [*COLUMN_SETS, *sets]:
+        argv += ["--set", item]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{tmp_path / file}, line 1: header has no column {column!r} (columns: {columns}); set {key} " in err
+    assert not out.exists()
+
+
+def test_missing_jsonl_key_names_the_config_key(tmp_path: Path) -> None:
+    own_columns(tmp_path)
+    write(tmp_path / "nodes.jsonl", json.dumps({"node": "n1", "abstract": "a"}) + "\n" + json.dumps({"node": "n2", "body": "b"}) + "\n")
+    cfg = load_config(tmp_path / "run.yaml", [*COLUMN_SETS, f"data.entities={tmp_path / 'nodes.jsonl'}"])
+    with pytest.raises(DataError, match=r"nodes\.jsonl, line 2: missing key 'abstract' \(keys: node, body\); "
+                                        r"set data\.text_col to the right one$"):
+        load_graph(cfg.data)
+
+
+def test_python_api_messages_name_keyword_arguments(tmp_path: Path) -> None:
+    own_columns(tmp_path)
+    with pytest.raises(DataError, match=r"pass source_col and target_col to two of its columns; "
+                                        r"if it is an edge, pass header=False$"):
+        load_edge_list(tmp_path / "links.csv", tmp_path / "nodes.csv", id_col="node", text_col="abstract")
+    with pytest.raises(DataError, match=r"header has no column 'id' \(columns: node, abstract\); set id_col to"):
+        load_edge_list(tmp_path / "links.csv", tmp_path / "nodes.csv", source_col="id_1", target_col="id_2")

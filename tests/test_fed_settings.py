@@ -91,6 +91,58 @@ def test_site_run_config_layers_task_site_yaml_and_node_config(tmp_path: Path) -
     assert cfg.output.progress is False
 
 
+def test_site_column_keys_round_trip_into_the_site_run_config(tmp_path: Path) -> None:
+    fed = FederationSettings.from_run_config(RUN_CONFIG)
+    cols = {"data-source-col": "id_1", "data-target-col": "id_2", "data-id-col": "node", "data-text-col": "abstract"}
+    s = site(tmp_path, **cols)
+    assert s.data_section() == {"source": "edge_list", "path": str(tmp_path / "e.tsv"),
+                                "entities": str(tmp_path / "n.jsonl"), "source_col": "id_1", "target_col": "id_2",
+                                "id_col": "node", "text_col": "abstract"}
+    cfg = site_run_config(fed, s, seed=1)
+    assert (cfg.data.source_col, cfg.data.target_col, cfg.data.id_col, cfg.data.text_col) == ("id_1", "id_2", "node", "abstract")
+    # unset keys leave the loader's defaults, or what the site's own site-config YAML says
+    assert site(tmp_path).data_section() == {"source": "edge_list", "path": str(tmp_path / "e.tsv"),
+                                             "entities": str(tmp_path / "n.jsonl")}
+    extra = tmp_path / "site.yaml"
+    extra.write_text(yaml.safe_dump({"data": {"text_col": "body"}}))
+    cfg = site_run_config(fed, site(tmp_path, **{"site-config": str(extra), "data-id-col": "node"}), seed=1)
+    assert (cfg.data.source_col, cfg.data.id_col, cfg.data.text_col) == (None, "node", "body")
+    # the same keys from a TOML node config, and the graph they describe loads
+    (tmp_path / "e.tsv").write_text("id_1\tid_2\nx\ty\n")
+    (tmp_path / "n.jsonl").write_text('{"node": "x", "abstract": "one"}\n{"node": "y", "abstract": "two"}\n')
+    toml = tmp_path / "site.toml"
+    toml.write_text(
+        f'site-name = "bank-a"\ndata-path = "{tmp_path / "e.tsv"}"\ndata-entities = "{tmp_path / "n.jsonl"}"\n'
+        f'epsilon-budget = 4.0\nledger = "{tmp_path / "l.sqlite"}"\ndelta = 1e-6\nprivacy-unit = "edge"\n'
+        + "".join(f'{k} = "{v}"\n' for k, v in cols.items())
+    )
+    from graphveil.data import load_graph
+
+    graph = load_graph(site_run_config(fed, SiteSettings.from_toml(toml), seed=1).data)
+    assert graph.entity_ids == ["x", "y"] and graph.texts == ["one", "two"] and graph.edges.tolist() == [[0, 1]]
+
+
+def test_site_column_key_errors_name_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="give both data-source-col and data-target-col, or neither"):
+        site(tmp_path, **{"data-source-col": "id_1"})
+    with pytest.raises(ConfigError, match="data-id-col: String should have at least 1 character"):
+        site(tmp_path, **{"data-id-col": ""})
+    with pytest.raises(ConfigError, match="data-text-col applies only to data-source 'edge_list'"):
+        SiteSettings.from_mapping({"site-name": "a", "ledger": "/l", "epsilon-budget": 1.0, "delta": 1e-6,
+                                   "privacy-unit": "edge", "data-source": "citeseer", "data-text-col": "body"})
+    # a column missing from the site's file names the run-config key (RUNBOOK §3 maps it to the node config key)
+    from graphveil.data import load_graph
+    from graphveil.errors import DataError
+
+    (tmp_path / "e.tsv").write_text("id_1\tid_2\nx\ty\n")
+    (tmp_path / "n.jsonl").write_text('{"id": "x", "text": "one"}\n')
+    fed = FederationSettings.from_run_config(RUN_CONFIG)
+    cfg = site_run_config(fed, site(tmp_path, **{"data-source-col": "id_1", "data-target-col": "id2"}), seed=1)
+    with pytest.raises(DataError, match=r"e\.tsv, line 1: header has no column 'id2' \(columns: id_1, id_2\); "
+                                        r"set data\.target_col"):
+        load_graph(cfg.data)
+
+
 def test_round_seeds_never_repeat_and_are_fresh_without_a_pinned_seed(tmp_path: Path) -> None:
     pinned = site(tmp_path, seed=1)
     seeds = {round_seed(pinned, run, r) for run in (1, 2) for r in range(1, 20)}

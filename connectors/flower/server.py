@@ -33,7 +33,7 @@ from flwr.serverapp import Grid, ServerApp
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.settings import FederationSettings
 from graphveil.connectors.flower.strategy import SiteRounds, SitesUnavailableError, make_strategy
-from graphveil.host import PluginHost, default_host
+from graphveil.host import PluginHost, default_host, read_only
 
 
 def build_encoder(fed: FederationSettings, host: PluginHost | None = None) -> Any:
@@ -55,7 +55,7 @@ def run_federation(grid: Grid, fed: FederationSettings, *, run_id: int = 0,
     def round_end(server_round: int, record: dict[str, Any]) -> None:
         with (out_dir / "rounds.jsonl").open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
-        host.hook.graphveil_round_end(server_round=server_round, metrics=record)
+        host.hook.graphveil_round_end(server_round=server_round, metrics=read_only(record))
 
     strategy = SiteRounds(
         make_strategy(fed.strategy, min_sites=fed.min_sites, fraction_train=fed.fraction_train,

@@ -125,10 +125,19 @@ def _checked_rows(
         yield line, row
 
 
-def _column(header: list[str], name: str, source: str, line: int) -> int:
+def _advice(prefix: str, *options: str) -> str:
+    """How to set column options: keyword arguments (``prefix=""``) or run-config keys (``"data."``)."""
+    return ("set " if prefix else "pass ") + " and ".join(f"{prefix}{o}" for o in options)
+
+
+def _column(header: list[str], name: str, source: str, line: int, option: str, prefix: str = "") -> int:
+    """Index of column ``name`` (given as the option ``option``, e.g. ``"source_col"``)."""
     names = [h.strip() for h in header]
     if name not in names:
-        raise DataError(f"{source}, line {line}: header has no column {name!r} (columns: {', '.join(names)})")
+        raise DataError(
+            f"{source}, line {line}: header has no column {name!r} (columns: {', '.join(names)}); "
+            f"set {prefix}{option} to the right one"
+        )
     return names.index(name)
 
 
@@ -151,6 +160,7 @@ def read_edge_records(
     source_col: str | None = None,
     target_col: str | None = None,
     header: bool | None = None,
+    option_prefix: str = "",
 ) -> EdgeRecords:
     """Read an edge file: CSV (``.csv``), TSV (``.tsv``/``.tab``/``.cites``), else sniffed from
     the first line (tab, comma, or whitespace with ``#`` comments).
@@ -160,6 +170,9 @@ def read_edge_records(
     known entity ids (or one is: the unknown one is then reported), and a header if it names a
     recognised pair (:data:`EDGE_HEADERS`, case-insensitive); anything else is refused rather
     than guessed. ``header=True`` with two columns uses them in order.
+
+    ``option_prefix``: how error messages name the column options (``""``: keyword arguments;
+    ``"data."``: run-config keys, as :func:`load_graph` passes).
     """
     path = Path(path)
     source = str(path)
@@ -170,8 +183,9 @@ def read_edge_records(
         first_line, first = next(rows)
     except StopIteration:
         raise DataError(f"{source}: no edges") from None
+    p = option_prefix
     if (source_col is None) != (target_col is None):
-        raise DataError(f"{source}: give both source_col and target_col, or neither")
+        raise DataError(f"{source}: give both {p}source_col and {p}target_col, or neither")
     if source_col is not None:
         if header is False:
             raise DataError(f"{source}: source_col/target_col name header columns, but header=False")
@@ -189,8 +203,9 @@ def read_edge_records(
             raise DataError(
                 f"{source}, line {first_line}: cannot tell whether {first!r} is a header or an edge: "
                 f"no field is a known entity id and no recognised header pair is present "
-                f"({', '.join('/'.join(p) for p in EDGE_HEADERS)}); pass source_col and target_col, "
-                f"or header=False"
+                f"({', '.join('/'.join(pair) for pair in EDGE_HEADERS)}); "
+                f"if it is a header, {_advice(p, 'source_col', 'target_col')} to two of its columns"
+                + ("" if p else "; if it is an edge, pass header=False")
             )
     if not header:
         if len(first) < 2:
@@ -199,13 +214,14 @@ def read_edge_records(
         body: Iterator[tuple[int, list[str]]] = iter([(first_line, first), *rows])
     else:
         if source_col is not None and target_col is not None:
-            cols = (_column(first, source_col, source, first_line), _column(first, target_col, source, first_line))
+            cols = (_column(first, source_col, source, first_line, "source_col", p),
+                    _column(first, target_col, source, first_line, "target_col", p))
         else:
             pair = next(((a, b) for a, b in EDGE_HEADERS if a in names and b in names), None)
             if pair is None and len(first) != 2:
                 raise DataError(
                     f"{source}, line {first_line}: header {first!r} has no recognised source/target "
-                    f"pair; pass source_col and target_col"
+                    f"pair; {_advice(p, 'source_col', 'target_col')}"
                 )
             cols = (names.index(pair[0]), names.index(pair[1])) if pair else (0, 1)
         body = rows
@@ -231,7 +247,9 @@ def _entity_format(path: Path, text: str) -> str | None:
     return "jsonl" if first.lstrip().startswith("{") else "\t" if "\t" in first else ","
 
 
-def _jsonl_entities(text: str, source: str, id_col: str, text_col: str, label_col: str | None) -> EntityRecords:
+def _jsonl_entities(
+    text: str, source: str, id_col: str, text_col: str, label_col: str | None, prefix: str = ""
+) -> EntityRecords:
     ids: list[str] = []
     texts: list[Any] = []
     labels: list[str | None] = []
@@ -245,9 +263,12 @@ def _jsonl_entities(text: str, source: str, id_col: str, text_col: str, label_co
             raise DataError(f"{source}, line {i}: not valid JSON ({exc.msg})") from exc
         if not isinstance(obj, dict):
             raise DataError(f"{source}, line {i}: expected a JSON object, got {type(obj).__name__}")
-        for key in (id_col, text_col):
+        for option, key in (("id_col", id_col), ("text_col", text_col)):
             if key not in obj:
-                raise DataError(f"{source}, line {i}: missing key {key!r}")
+                raise DataError(
+                    f"{source}, line {i}: missing key {key!r} (keys: {', '.join(map(str, obj))}); "
+                    f"set {prefix}{option} to the right one"
+                )
         eid = obj[id_col]
         if isinstance(eid, bool) or not isinstance(eid, str | int):
             raise DataError(f"{source}, line {i}: id {eid!r} must be a string or an integer")
@@ -260,18 +281,24 @@ def _jsonl_entities(text: str, source: str, id_col: str, text_col: str, label_co
 
 
 def read_entity_table(
-    path: str | os.PathLike[str], *, id_col: str = "id", text_col: str = "text", label_col: str | None = None
+    path: str | os.PathLike[str],
+    *,
+    id_col: str = "id",
+    text_col: str = "text",
+    label_col: str | None = None,
+    option_prefix: str = "",
 ) -> EntityRecords:
     """Read an entity table: JSONL (``.jsonl``/``.ndjson``: one object per line), CSV or TSV
     (by extension, else sniffed). CSV/TSV need a header row naming ``id_col`` and ``text_col``
-    (and ``label_col`` if given). An empty label means unlabelled.
+    (and ``label_col`` if given). An empty label means unlabelled. ``option_prefix``: as for
+    :func:`read_edge_records`.
     """
     path = Path(path)
     source = str(path)
     text = _read(path)
     fmt = _entity_format(path, text)
     if fmt == "jsonl":
-        records = _jsonl_entities(text, source, id_col, text_col, label_col)
+        records = _jsonl_entities(text, source, id_col, text_col, label_col, option_prefix)
         if not records.ids:
             raise DataError(f"{source}: no entities")
         return records
@@ -280,9 +307,9 @@ def read_entity_table(
         header_line, header = next(rows)
     except StopIteration:
         raise DataError(f"{source}: empty entity table (a header row with {id_col!r} and {text_col!r} is required)") from None
-    ci = _column(header, id_col, source, header_line)
-    ct = _column(header, text_col, source, header_line)
-    cl = _column(header, label_col, source, header_line) if label_col else None
+    ci = _column(header, id_col, source, header_line, "id_col", option_prefix)
+    ct = _column(header, text_col, source, header_line, "text_col", option_prefix)
+    cl = _column(header, label_col, source, header_line, "label_col", option_prefix) if label_col else None
     ids, texts, labels, lines = [], [], [], []
     for line, row in rows:
         ids.append(row[ci].strip())
@@ -304,14 +331,19 @@ def load_edge_list(
     label_col: str | None = None,
     on_unknown: OnUnknown = "error",
     name: str | None = None,
+    option_prefix: str = "",
 ) -> RelationalGraph:
     """A text-attributed graph from an edge file and an entity table (formats:
     :func:`read_edge_records`, :func:`read_entity_table`). Relations are undirected; an edge
     naming an id missing from the entity table is an error unless ``on_unknown="drop"``.
+    ``option_prefix``: as for :func:`read_edge_records`.
     """
-    entities = read_entity_table(entities_path, id_col=id_col, text_col=text_col, label_col=label_col)
+    entities = read_entity_table(
+        entities_path, id_col=id_col, text_col=text_col, label_col=label_col, option_prefix=option_prefix
+    )
     edges = read_edge_records(
-        edges_path, set(entities.ids), source_col=source_col, target_col=target_col, header=header
+        edges_path, set(entities.ids), source_col=source_col, target_col=target_col, header=header,
+        option_prefix=option_prefix,
     )
     return build_graph(name or Path(edges_path).stem, entities, edges, on_unknown=on_unknown)
 
@@ -495,7 +527,9 @@ def load_graph(data: DataConfig) -> RelationalGraph:
         graph = load_citeseer_tape(_required(data.path, "path", data.source))
     elif data.source == "edge_list":
         graph = load_edge_list(
-            _required(data.path, "path", data.source), _required(data.entities, "entities", data.source)
+            _required(data.path, "path", data.source), _required(data.entities, "entities", data.source),
+            source_col=data.source_col, target_col=data.target_col, id_col=data.id_col,
+            text_col=data.text_col, label_col=data.label_col, option_prefix="data.",
         )
     elif data.source == "pyg":
         graph = load_pyg(_required(data.path, "path", data.source))
