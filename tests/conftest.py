@@ -19,3 +19,14 @@ def citeseer_tape_dir() -> Path:
     if not CITESEER_TAPE.is_dir():
         pytest.skip(f"shared data not present at {CITESEER_TAPE}")
     return CITESEER_TAPE
+
+
+@pytest.fixture
+def flower_task():
+    """Flower builds Messages only inside a task: pretend to be one (task 1 of run 1, node 0)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 from test_fed_support import (
     RUN_CONFIG,
     SITE_POLICY,
@@ -37,13 +36,9 @@ RATE, DELTA, SIGMA = 0.02, 1e-5, 1.0
 
 
 @pytest.fixture(autouse=True)
-def _task_identity():
-    """Messages can only be built inside a Flower task; pretend to be one."""
-    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+def _task_identity(flower_task):
+    """Inside a (pretend) Flower task, with no sessions left from another test."""
     FakeSession.instances.clear()
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
 
 
 def node_config(tmp_path: Path, name: str = "bank-a", budget: float = 5.0, **extra) -> dict:

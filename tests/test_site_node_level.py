@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from flwr.supercore.task_identity import TaskIdentity
 from test_fed_support import site_context
 
 from graphveil.connectors.flower import records
@@ -29,12 +28,7 @@ RUN_CONFIG = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _task_identity():
-    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+pytestmark = pytest.mark.usefixtures("flower_task")
 
 
 def _write_graph(folder: Path) -> tuple[Path, Path]:

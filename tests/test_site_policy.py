@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flwr.supercore.task_identity import TaskIdentity
 from test_fed_support import RUN_CONFIG, SITE_POLICY, FakeEncoder, FakeSession, site_context
 
 from graphveil.cli_fed import BUILTIN_ACCOUNTANTS, SiteSettings
@@ -129,12 +128,8 @@ def test_graphveil_fed_site_exits_2_on_missing_policy_keys(tmp_path: Path, capsy
 
 
 @pytest.fixture
-def _task_identity():
-    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+def _task_identity(flower_task):
     FakeSession.instances.clear()
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
 
 
 @pytest.mark.usefixtures("_task_identity")
