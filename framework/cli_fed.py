@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from graphveil.config import PositiveFinite, Probability
+from graphveil.config import PositiveFinite, Probability, format_validation_error
 from graphveil.errors import ConfigError, GraphVeilError
 
 #: Environment every Flower process gets from these helpers (unless already set): no
@@ -155,17 +155,8 @@ class SiteSettings(BaseModel):
         try:
             settings = cls.model_validate(dict(values))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"])
-            if first["type"] == "extra_forbidden":  # loc is then the key as given
-                known = ", ".join(sorted(f.alias or n for n, f in cls.model_fields.items()))
-                raise ConfigError(f"{source}: unknown key {field!r} (known: {known})") from exc
-            info = cls.model_fields.get(field)
-            key = info.alias if info is not None and info.alias else field
-            if first["type"] == "missing":
-                raise ConfigError(f"{source}: {key}: required key is missing") from exc
-            msg = first["msg"].removeprefix("Value error, ")
-            raise ConfigError(f"{source}: {key}: {msg} (got {first.get('input')!r})") from exc
+            known = sorted(f.alias or n for n, f in cls.model_fields.items())
+            raise ConfigError(format_validation_error(source, exc, model=cls, known=known, noun="key")) from exc
         if settings.data_source != "citeseer" and settings.data_path is None:
             raise ConfigError(f"{source}: data-path is required for data-source {settings.data_source!r}")
         if settings.data_source == "edge_list" and settings.data_entities is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -234,15 +234,33 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
-def format_validation_error(source: str, exc: ValidationError) -> str:
+def format_validation_error(source: str, exc: ValidationError, *, model: type[BaseModel] | None = None,
+                            known: Iterable[str] | None = None, noun: str = "field", sep: str = ": ") -> str:
+    """The first error of ``exc`` as one line naming the source, the field and the bad value.
+
+    The one formatter of pydantic errors (run configs, component options, node and run configs
+    of the Flower connector).
+
+    :param model: the validated model; a field is then named by its alias (``epsilon-budget``).
+    :param known: names to list when the error is an unknown key (``extra="forbid"``).
+    :param noun: "field" or "key", in "required … is missing".
+    :param sep: between ``source`` and the field (": " or "." for component options).
+    """
     first = exc.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    loc = [str(p) for p in first["loc"]]
+    if model is not None and loc and first["type"] != "extra_forbidden":  # an unknown key is named as given
+        info = model.model_fields.get(loc[0])
+        if info is not None and info.alias:
+            loc[0] = info.alias
+    field = ".".join(loc) or "(top level)"
     msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden" and known is not None:
+        return f"{source}: unknown {noun} {field!r} (known: {', '.join(known)})"
     if first["type"] == "missing":
-        return f"{source}: {field}: required field is missing"
+        return f"{source}{sep}{field}: required {noun} is missing"
     if isinstance(first.get("input"), Mapping):  # a whole section: the message names the field
-        return f"{source}: {field}: {msg}"
-    return f"{source}: {field}: {msg} (got {first.get('input')!r})"
+        return f"{source}{sep}{field}: {msg}"
+    return f"{source}{sep}{field}: {msg} (got {first.get('input')!r})"
 
 
 def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> RunConfig:

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 
 from graphveil import hookspecs
 from graphveil.components import Accountant, Clipper, Encoder, NoParams, Sampler, describe
+from graphveil.config import format_validation_error
 from graphveil.errors import ConfigError, PluginError
 
 ENTRY_POINT_GROUP = "graphveil"
@@ -211,11 +212,7 @@ class PluginHost:
         try:
             validated = info.params_model.model_validate(dict(params or {}))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or "(params)"
-            value = first.get("input")
-            label = where or family
-            raise ConfigError(f"{label}.{field}: {first['msg']} (got {value!r})") from exc
+            raise ConfigError(format_validation_error(where or family, exc, sep=".")) from exc
         return info.factory(validated)
 
     @property

@@ -28,7 +28,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graphveil.cli_fed import SiteSettings
-from graphveil.config import RunConfig, config_from_dict, merge_config, set_dotted
+from graphveil.config import (
+    RunConfig,
+    config_from_dict,
+    format_validation_error,
+    merge_config,
+    set_dotted,
+)
 from graphveil.errors import ConfigError
 
 TASK_PREFIX = "task."
@@ -71,15 +77,8 @@ class FederationSettings(BaseModel):
         try:
             settings = cls.model_validate({**flat, "task": task})
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = str(first["loc"][0]) if first["loc"] else "(run config)"
-            if first["type"] == "extra_forbidden":  # loc is then the key as given
-                known = ", ".join(sorted(f.alias or n for n, f in cls.model_fields.items() if n != "task"))
-                raise ConfigError(f"{source}: unknown key {field!r} (known: {known}, task.*)") from exc
-            info = cls.model_fields.get(field)
-            key = info.alias if info is not None and info.alias else field
-            msg = first["msg"].removeprefix("Value error, ")
-            raise ConfigError(f"{source}: {key}: {msg} (got {first.get('input')!r})") from exc
+            known = [*sorted(f.alias or n for n, f in cls.model_fields.items() if n != "task"), "task.*"]
+            raise ConfigError(format_validation_error(source, exc, model=cls, known=known, noun="key")) from exc
         settings.check_task(source)
         return settings
 
