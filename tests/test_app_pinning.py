@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from graphveil.connectors.flower.guard import BUNDLED, app_folder_hash, parse_approved
+from graphveil.cli_fed import app_hash
+from graphveil.connectors.flower.guard import BUNDLED, parse_approved
 from graphveil.connectors.flower.loopback import (
     APP,
     BIN,
@@ -153,7 +154,7 @@ def pinning(tmp_path_factory) -> Pinning:
         seconds["modified run"] = time.monotonic() - t
         print(f"\napp pinning: approved run {seconds['approved run']:.1f} s, "
               f"modified run refused in {seconds['modified run']:.1f} s")
-        yield Pinning(loop, ledger, marker, ledger_after_good_run, good, evil, app_folder_hash(evil_app), seconds,
+        yield Pinning(loop, ledger, marker, ledger_after_good_run, good, evil, app_hash(evil_app), seconds,
                       via_fleet, via_control, raw)
     finally:
         loop.stop()
@@ -164,7 +165,7 @@ def test_the_approved_app_runs(pinning: Pinning) -> None:
     (round1,) = pinning.good["rounds"]
     assert [s["status"] for s in round1["sites"]] == ["trained"]
     assert pinning.ledger_after_good_run, "the approved run wrote no ledger"
-    assert f"approved (FAB sha256 {app_folder_hash()})" in pinning.loop.log(SITE)
+    assert f"approved (FAB sha256 {app_hash()})" in pinning.loop.log(SITE)
 
 
 def test_a_modified_app_is_refused_before_any_of_its_code_runs(pinning: Pinning) -> None:
@@ -172,7 +173,7 @@ def test_a_modified_app_is_refused_before_any_of_its_code_runs(pinning: Pinning)
     assert pinning.ledger.is_file() and _sha(pinning.ledger) == pinning.ledger_after_good_run
     site_log = pinning.loop.log(SITE)
     assert f"REFUSED app graphveil/graphveil-fed 0.1.0: FAB sha256 {pinning.evil_hash}" in site_log
-    assert pinning.evil_hash != app_folder_hash()
+    assert pinning.evil_hash != app_hash()
     # The server saw a failed reply, not an update.
     statuses = [s for r in pinning.evil["rounds"] for s in r["sites"]]
     assert all(s["status"] != "trained" for s in statuses)
@@ -180,7 +181,7 @@ def test_a_modified_app_is_refused_before_any_of_its_code_runs(pinning: Pinning)
 
 
 def test_approved_apps_values(tmp_path: Path) -> None:
-    bundled = app_folder_hash()
+    bundled = app_hash()
     assert parse_approved(None) == parse_approved(BUNDLED) == {bundled}
     other = "ab" * 32
     assert parse_approved(f"{other.upper()}, {BUNDLED}") == {other, bundled}

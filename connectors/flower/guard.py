@@ -21,7 +21,7 @@ pins the app itself, at the SuperNode boundary, with code installed at the site:
 The approved list is the node config key ``approved-apps`` read from the site's own TOML file
 (not from anything the server sends). Unset, it is ``bundled``: the FAB that ``flwr run`` /
 ``flwr build`` makes from the app folder shipped with this site's GraphVeil installation
-(``graphveil fed app-hash`` prints it).
+(:func:`graphveil.cli_fed.app_hash`; ``graphveil fed app-hash`` prints it).
 """
 
 from __future__ import annotations
@@ -59,14 +59,6 @@ def fab_sha256(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
-def app_folder_hash(app_dir: str | os.PathLike[str] | None = None) -> str:
-    """The FAB hash of an app folder as ``flwr build`` / ``flwr run`` pack it (default: bundled app)."""
-    from flwr.cli.build import build_fab_from_disk
-
-    folder = Path(app_dir) if app_dir is not None else Path(__file__).resolve().parent / "app"
-    return fab_sha256(build_fab_from_disk(folder))
-
-
 def parse_approved(spec: str | None) -> frozenset[str]:
     """The approved FAB hashes from an ``approved-apps`` value.
 
@@ -90,7 +82,9 @@ def parse_approved(spec: str | None) -> frozenset[str]:
         if not token:
             continue
         if token == BUNDLED:
-            out.add(app_folder_hash())
+            from graphveil.cli_fed import app_hash
+
+            out.add(app_hash())
         elif HASH_RE.match(token.lower()):
             out.add(token.lower())
         else:

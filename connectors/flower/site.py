@@ -11,8 +11,9 @@ One train message = one round at the site (:func:`handle_train`):
 3. write the round's spend to the ledger *before* training (:meth:`PrivacyLedger.reserve`),
    or refuse the round if it would pass the budget, telling the server why (with numbers only
    if the site set ``share-epsilon``);
-4. load the global adapter, run the local DP steps (the accountant continues the site's
-   history), confirm the spend (:meth:`PrivacyLedger.release`);
+4. load the global adapter, run the local DP steps (the session's accountant holds only this
+   round's steps; the ledger adds their RDP curve to the site's total), confirm the spend
+   (:meth:`PrivacyLedger.release`);
 5. reply with the updated adapter and scalars (:mod:`.records`) — nothing else leaves.
 
 Errors are logged at the site in full; the server only learns which stage failed, because an
