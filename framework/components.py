@@ -1,4 +1,4 @@
-"""The four component families a plugin can provide: samplers, clippers, accountants, encoders.
+"""Base classes of the component families: samplers, clippers, accountants, models (encoders).
 
 Each family is an abstract base class. A plugin returns named *factories* (usually the class
 itself) from the matching hook in :mod:`graphveil.hookspecs`. A factory has:
@@ -14,13 +14,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from graphveil.errors import ProfileMismatchError
 from graphveil.profiles import (
     PrivacyUnit,
     SamplingKind,
@@ -176,14 +176,9 @@ class Accountant(ABC):
 
         :raises ProfileMismatchError: naming the pair and what this accountant analyses.
         """
-        if (sampling.kind, sensitivity.kind) in self.supports and sensitivity.unit is self.unit:
-            return
-        options = ", ".join(sorted(f"({a.value}, {b.value})" for a, b in self.supports))
-        unit = getattr(sensitivity.unit, "value", sensitivity.unit)
-        raise ProfileMismatchError(
-            f"accountant {self.mechanism!r} cannot analyse sampling {sampling.kind.value} with "
-            f"sensitivity {sensitivity.kind.value} ({unit}-level); it analyses: {options}"
-        )
+        from graphveil.invariant import check_profiles
+
+        check_profiles(self, sampling, sensitivity)
 
     @abstractmethod
     def step(self, *, noise_multiplier: float, num_steps: int = 1) -> None:
@@ -213,23 +208,36 @@ class Accountant(ABC):
 # --------------------------------------------------------------------------------------------
 
 
-class Encoder(torch.nn.Module, ABC):
-    """Embeds entities; only :meth:`trainable_parameters` are updated (and released).
+class ExampleStructure(StrEnum):
+    """How a model's forward keeps examples apart, so the engine can pick a per-example gradient.
 
-    The DP engine computes per-tuple gradients with hooks on the modules that own trainable
-    parameters, so :meth:`embed` must process entities along dimension 0 of every activation
-    (no mixing across entities, e.g. no batch norm).
+    Declared at class level (``structure``) and read by the invariant check before data is read.
+    """
+
+    #: Each example owns its rows along dim 0 of every activation (MLP on node features, a text
+    #: encoder over entity sequences): per-example gradients from one backward pass.
+    ROWS = "rows"
+    #: Each example is a root node with its own sampled computation subgraph (PyG ``Batch``).
+    ROOT_SUBGRAPHS = "root_subgraphs"
+    #: Examples are disjoint connected components (paper 3's graph splits, a PyG ``Batch``).
+    COMPONENTS = "components"
+    #: The forward mixes every node of one graph (full-graph GCN): no per-example gradient exists.
+    WHOLE_GRAPH = "whole_graph"
+
+
+class Model(torch.nn.Module, ABC):
+    """A trainable model; only :meth:`trainable_parameters` are updated (and released).
+
+    Subclasses declare ``structure`` (:class:`ExampleStructure`). The DP engine computes
+    per-example gradients with hooks on the modules that own trainable parameters, so for
+    ``ROWS`` every activation must keep examples apart along dimension 0 (no batch norm).
     """
 
     Params: ClassVar[type[BaseModel]] = NoParams
+    structure: ClassVar[ExampleStructure] = ExampleStructure.ROWS
 
-    @abstractmethod
-    def prepare(self, graph: RelationalGraph) -> None:
-        """One-time work per graph (tokenising texts, caching frozen layers' outputs)."""
-
-    @abstractmethod
-    def embed(self, entity_ids: torch.Tensor) -> torch.Tensor:
-        """``(N,)`` entity indices → ``(N, d)`` embeddings, differentiable in the trainable weights."""
+    def prepare(self, data: Any) -> None:  # noqa: B027 - optional hook, no-op by default
+        """One-time work per dataset (tokenising texts, sizing the input layer)."""
 
     def trainable_parameters(self) -> Iterator[torch.nn.Parameter]:
         return (p for p in self.parameters() if p.requires_grad)
@@ -246,6 +254,24 @@ class Encoder(torch.nn.Module, ABC):
         with torch.no_grad():
             for name, tensor in state.items():
                 own[name].copy_(torch.as_tensor(tensor))
+
+    def save(self, directory: Path) -> None:
+        """Write the trained weights (default: ``model.pt`` with the trainable state)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        torch.save(self.trainable_state(), directory / "model.pt")
+
+
+class Encoder(Model):
+    """A model that embeds entities for relational tasks (structure ``ROWS``: one sequence per
+    entity occurrence along dimension 0, no mixing across entities)."""
+
+    @abstractmethod
+    def prepare(self, graph: RelationalGraph) -> None:
+        """One-time work per graph (tokenising texts, caching frozen layers' outputs)."""
+
+    @abstractmethod
+    def embed(self, entity_ids: torch.Tensor) -> torch.Tensor:
+        """``(N,)`` entity indices → ``(N, d)`` embeddings, differentiable in the trainable weights."""
 
     @abstractmethod
     def save(self, directory: Path) -> None:

@@ -3,7 +3,8 @@
 A DP claim is only as good as the match between what the code does and what the accountant
 assumes (DESIGN.md, "The invariant"). Every sampler declares a :class:`SamplingKind`, every
 clipper a :class:`SensitivityKind`, and every accountant the set of ``(sampling, sensitivity)``
-pairs it can analyse. :func:`check_compatible` refuses any other pair before data is read.
+pairs it can analyse; :mod:`graphveil.invariant` refuses any other pair before data is read.
+The privacy unit is a value of its own (:mod:`graphveil.units`).
 
 Once the graph is loaded, the sampler also reports a numeric :class:`SamplingProfile`
 (γ, m, n, K, k_neg) that the accountant consumes; names state the assumed distribution.
@@ -14,12 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from graphveil.errors import ProfileMismatchError
+from graphveil.units import PrivacyUnit
 
-
-class PrivacyUnit(StrEnum):
-    EDGE = "edge"
-    NODE = "node"
+__all__ = ["PrivacyUnit", "SamplingKind", "SamplingProfile", "SensitivityKind", "SensitivityProfile"]
 
 
 class SamplingKind(StrEnum):
@@ -31,6 +29,9 @@ class SamplingKind(StrEnum):
     POISSON_DECOUPLED = "poisson_decoupled"
     #: Plain Poisson(γ) over records.
     POISSON = "poisson"
+    #: Fixed-size batches of b examples drawn uniformly without replacement, independently each
+    #: step (dp_accounting's SampledWithoutReplacementDpEvent; analysed under replacement adjacency).
+    UNIFORM_WOR = "uniform_wor"
     #: Disjoint partitions, one per step (paper 3).
     DISJOINT_PARTITIONS = "disjoint_partitions"
     FULL_BATCH = "full_batch"
@@ -44,6 +45,9 @@ class SensitivityKind(StrEnum):
     STANDARD_TUPLE_NODE = "standard_tuple_node"
     #: Per-tuple clipping at C under edge-level DP with decoupled negatives: C per edge.
     PER_TUPLE_EDGE = "per_tuple_edge"
+    #: Per-example clipping at C where an example is one privacy unit's only contribution (a
+    #: node's features and label in a feature-only model): C under add/remove, 2C under replacement.
+    PER_EXAMPLE = "per_example"
     #: No clipping: no DP claim possible (non-private baseline).
     NONE = "none"
 
@@ -58,6 +62,7 @@ class SamplingProfile:
     :param num_nodes: n, the size of the node set negatives are drawn from.
     :param degree_cap: K, the maximum degree after capping (None if not capped).
     :param k_neg: negatives per positive.
+    :param batch_size: b, the fixed batch size of ``UNIFORM_WOR`` (0 for Poisson sampling).
     """
 
     kind: SamplingKind
@@ -66,6 +71,7 @@ class SamplingProfile:
     num_nodes: int = 0
     degree_cap: int | None = None
     k_neg: int = 0
+    batch_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,25 +81,3 @@ class SensitivityProfile:
     kind: SensitivityKind
     unit: PrivacyUnit
     clip_norm: float
-
-
-def check_compatible(
-    accountant_name: str,
-    supported: frozenset[tuple[SamplingKind, SensitivityKind]],
-    sampler_name: str,
-    sampling: SamplingKind,
-    clipper_name: str,
-    sensitivity: SensitivityKind,
-) -> None:
-    """Refuse a run whose accountant cannot analyse the sampler/clipper pair.
-
-    :raises ProfileMismatchError: naming the pair and what the accountant supports.
-    """
-    if (sampling, sensitivity) in supported:
-        return
-    options = ", ".join(sorted(f"({a.value}, {b.value})" for a, b in supported)) or "none"
-    raise ProfileMismatchError(
-        f"accountant {accountant_name!r} cannot analyse sampler {sampler_name!r} "
-        f"({sampling.value}) with clipper {clipper_name!r} ({sensitivity.value}); "
-        f"it analyses: {options}"
-    )

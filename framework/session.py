@@ -22,12 +22,13 @@ import torch
 from graphveil.components import Accountant, Clipper, Encoder, Sampler, TupleBatch
 from graphveil.config import RunConfig
 from graphveil.data import RelationalGraph
-from graphveil.errors import ConfigError, PrivacyError
+from graphveil.errors import ConfigError
 from graphveil.evaluation import relation_prediction
 from graphveil.host import PluginHost, default_host, read_only
+from graphveil.invariant import check_run
 from graphveil.privacy.delta import DEFAULT_DELTA_RULE, default_delta, delta_too_large
-from graphveil.profiles import PrivacyUnit, SensitivityKind, check_compatible
 from graphveil.records_store import RecordsStore, records_key
+from graphveil.units import PrivacyUnit
 
 if TYPE_CHECKING:
     from graphveil.engine.noise import GaussianNoise
@@ -84,23 +85,10 @@ class TrainingSession:
         self.accountant = self.host.create(
             "accountant", cfg.accountant.name, cfg.accountant.params, where="accountant"
         )
-        check_compatible(
-            cfg.accountant.name, self.accountant.supports,
-            cfg.sampler.name, self.sampler.sampling_kind,
-            cfg.clipper.name, self.clipper.sensitivity_kind,
+        self.unit = check_run(
+            private=cfg.privacy.enabled, sampler=(cfg.sampler.name, self.sampler),
+            clipper=(cfg.clipper.name, self.clipper), accountant=(cfg.accountant.name, self.accountant),
         )
-        units = {self.sampler.unit, self.clipper.unit, self.accountant.unit} - {None}
-        if cfg.privacy.enabled and len(units) > 1:
-            raise PrivacyError(
-                f"privacy units disagree: sampler {cfg.sampler.name!r} is {self.sampler.unit.value}-level, "
-                f"clipper {cfg.clipper.name!r} is {self.clipper.unit.value}-level, accountant "
-                f"{cfg.accountant.name!r} is {self.accountant.unit.value}-level"
-            )
-        if cfg.privacy.enabled and self.clipper.sensitivity_kind is SensitivityKind.NONE:
-            raise PrivacyError(
-                f"clipper {cfg.clipper.name!r} bounds no sensitivity: a private run needs a clipping "
-                "clipper (or set privacy.enabled: false for a non-private baseline)"
-            )
         self.encoder = self.host.create("encoder", cfg.encoder.name, cfg.encoder.params, where="encoder")
 
     # ------------------------------------------------------------------ prepare (data)
@@ -174,7 +162,7 @@ class TrainingSession:
         """
         cfg = self.config
         unit = getattr(self.sampler, "unit", None)
-        self.num_units = (self.train_graph.num_edges if unit is PrivacyUnit.EDGE
+        self.num_units = (self.train_graph.num_edges if unit == PrivacyUnit.EDGE
                           else self.train_graph.num_nodes)
         if cfg.privacy.delta is None:
             self.delta, self.delta_rule = default_delta(self.num_units), DEFAULT_DELTA_RULE
@@ -185,7 +173,7 @@ class TrainingSession:
                 "privacy.delta=%.3g is not below 1/n for n=%d privacy units (%s-level: %s): a "
                 "mechanism may then publish one unit's data in the clear and still satisfy the "
                 "claim; the default rule would give %.0e", self.delta, self.num_units,
-                getattr(unit, "value", unit), "training relations" if unit is PrivacyUnit.EDGE
+                getattr(unit, "value", unit), "training relations" if unit == PrivacyUnit.EDGE
                 else "training entities", default_delta(self.num_units),
             )
 
@@ -333,7 +321,7 @@ class TrainingSession:
         unit = getattr(self.sampler, "unit", None)
         if not cfg.privacy.enabled:
             claim = "none (non-private run)"
-        elif unit is PrivacyUnit.NODE:
+        elif unit == PrivacyUnit.NODE:
             claim = (f"node-level DP w.r.t. the degree-capped relation set Ē (K={profile.degree_cap}) "
                      "of the training side of the keyed entity split")
         else:
