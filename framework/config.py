@@ -65,7 +65,13 @@ class ComponentConfig(BaseModel):
 
 
 class SplitConfig(_Strict):
-    train_fraction: float = Field(0.5, gt=0, lt=1, description="Share of entities on the training side.")
+    kind: Literal["transfer", "random_node"] = Field("transfer", description=(
+        "transfer: entities split into a training side and a held-out side, relations inside each "
+        "(zero-shot relation prediction); random_node: nodes split into train / val / test by "
+        "val_fraction and test_fraction (node classification, dp-gnn's protocol)."))
+    train_fraction: float = Field(0.5, gt=0, lt=1, description="transfer: share of entities on the training side.")
+    val_fraction: float = Field(0.1, ge=0, lt=1, description="random_node: share of nodes for validation.")
+    test_fraction: float = Field(0.15, gt=0, lt=1, description="random_node: share of nodes for test.")
     seed: int = Field(0, description="Split key: each entity goes to the training side iff "
                       "HMAC-SHA256(key, entity id) / 2^64 < train_fraction, so removing one entity moves "
                       "no other (independent of the sampling seed; the field keeps its old name).")
@@ -125,6 +131,15 @@ class TrainingConfig(_Strict):
     optimizer: Literal["adam", "sgd"] = Field("adam", description="DP-Adam or DP-SGD (post-processing of the noisy sum).")
     lr: float = Field(1e-3, gt=0, description="Learning rate.")
     eval_every: int = Field(0, ge=0, description="Evaluate every N steps (0: only at the end).")
+    epochs: PositiveFinite | None = Field(None, description=(
+        "Train for this many passes over the training examples in expectation: steps = "
+        "ceil(epochs · n / b) once the data is read (replaces steps; σ is calibrated to it)."))
+
+    @model_validator(mode="after")
+    def _steps_or_epochs(self) -> TrainingConfig:
+        if self.epochs is not None and "steps" in self.model_fields_set:
+            raise ValueError("give training.steps or training.epochs, not both")
+        return self
 
 
 class PrivacyConfig(_Strict):
@@ -169,6 +184,13 @@ class OutputConfig(_Strict):
     progress: bool = Field(True, description="Show a progress bar.")
 
 
+class SweepConfig(_Strict):
+    target_epsilon: list[PositiveFinite | None] = Field(description=(
+        "Privacy budgets to run; null is the non-private baseline (privacy.enabled: false)."))
+    seeds: list[int] = Field(min_length=1, description=(
+        "Seeds; each sets the sampling seed, the model initialisation and the split key."))
+
+
 class RunConfig(_Strict):
     name: str = Field("run", description="Run name, used in the default output directory.")
     seed: int | None = Field(None, description=(
@@ -182,11 +204,27 @@ class RunConfig(_Strict):
     sampler: ComponentConfig
     clipper: ComponentConfig
     accountant: ComponentConfig
-    encoder: ComponentConfig
+    task: ComponentConfig = Field(default_factory=lambda: ComponentConfig(name="relational"), description=(
+        "What is learned and how it is evaluated (relational: papers 1-2; node_classification)."))
+    encoder: ComponentConfig | None = Field(None, description="Entity encoder (relational task).")
+    model: ComponentConfig | None = Field(None, description="Model called on the batches (node_classification and other tasks).")
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     privacy: PrivacyConfig = Field(default_factory=lambda: PrivacyConfig(target_epsilon=10.0))
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    sweep: SweepConfig | None = Field(None, description=(
+        "Run the config once per (target ε, seed) and print mean ± 95 % CI per ε."))
+
+    @model_validator(mode="after")
+    def _one_model(self) -> RunConfig:
+        if (self.encoder is None) == (self.model is None):
+            raise ValueError("give exactly one of encoder (relational task) and model")
+        return self
+
+    @property
+    def network(self) -> ComponentConfig:
+        """The trained component's section: ``encoder`` or ``model``."""
+        return self.encoder if self.encoder is not None else self.model  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -89,6 +89,51 @@ def graphveil_encoders() -> Mapping[str, Any]:
     """
 
 
+@hookspec
+def graphveil_models() -> Mapping[str, Any]:
+    """Name the model factories this plugin provides (models called on a task's batches).
+
+    Each factory is a subclass of :class:`graphveil.components.Model` with a ``Params`` model
+    and a class-level ``structure`` (:class:`graphveil.components.ExampleStructure`): how its
+    forward keeps examples apart. A ``whole_graph`` model is refused for DP-SGD before data is read.
+
+    :returns: mapping of component name → factory, e.g. ``{"mlp": MLP}``.
+    """
+
+
+@hookspec
+def graphveil_tasks() -> Mapping[str, Any]:
+    """Name the task factories this plugin provides.
+
+    Each factory is a subclass of :class:`graphveil.tasks.Task`: it splits the data, gives
+    per-example losses for a batch and evaluates the released model.
+
+    :returns: mapping of component name → factory, e.g. ``{"node_classification": NodeClassification}``.
+    """
+
+
+@hookspec
+def graphveil_mechanisms() -> Mapping[str, Any]:
+    """Name the one-shot mechanism factories this plugin provides.
+
+    Each factory is a subclass of :class:`graphveil.mechanisms.Mechanism` declaring ``unit``;
+    it releases once and reports a ``dp_accounting`` event the run's accountant composes.
+
+    :returns: mapping of component name → factory, e.g. ``{"gaussian_output": GaussianOutput}``.
+    """
+
+
+@hookspec
+def graphveil_data_sources() -> Mapping[str, Any]:
+    """Name the data-source factories this plugin provides (``data.source`` in a run config).
+
+    Each factory is a subclass of :class:`graphveil.data.sources.DataSource` with a ``Params``
+    model (its options sit next to ``source`` in the ``data`` section) and a ``load`` method.
+
+    :returns: mapping of component name → factory, e.g. ``{"planetoid": PlanetoidSource}``.
+    """
+
+
 # --------------------------------------------------------------------------------------------
 # Lifecycle: logging, auditing and monitoring plugins observe; they cannot change results.
 # Every mapping argument is a deep read-only copy (``types.MappingProxyType``; sequences become

@@ -30,9 +30,12 @@ import pluggy
 from pydantic import BaseModel, ValidationError
 
 from graphveil import hookspecs
-from graphveil.components import Accountant, Clipper, Encoder, NoParams, Sampler, describe
+from graphveil.components import Accountant, Clipper, Encoder, Model, NoParams, Sampler, describe
 from graphveil.config import format_validation_error
+from graphveil.data.sources import DataSource
 from graphveil.errors import ConfigError, PluginError
+from graphveil.mechanisms import Mechanism
+from graphveil.tasks import Task
 
 ENTRY_POINT_GROUP = "graphveil"
 BUILTIN_PREFIX = "graphveil.plugins."
@@ -46,6 +49,10 @@ FAMILIES: dict[str, tuple[str, type]] = {
     "clipper": ("graphveil_clippers", Clipper),
     "accountant": ("graphveil_accountants", Accountant),
     "encoder": ("graphveil_encoders", Encoder),
+    "model": ("graphveil_models", Model),
+    "task": ("graphveil_tasks", Task),
+    "mechanism": ("graphveil_mechanisms", Mechanism),
+    "data_source": ("graphveil_data_sources", DataSource),
 }
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 

@@ -1,0 +1,43 @@
+"""The mechanism family: one-shot releases with a declared sensitivity and an accounting event.
+
+A mechanism releases a value computed from the private data once (noisy aggregation of
+neighbour embeddings, a noisy embedding table, randomized response on adjacency entries,
+perturbed outputs). It declares, before data is read, the privacy unit its sensitivity is
+stated for; :meth:`Mechanism.release` returns the artifact and :meth:`Mechanism.event` the
+``dp_accounting`` event the run's accountant composes with the DP-SGD steps.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import dp_accounting
+from pydantic import BaseModel
+
+from graphveil.components import NoParams
+from graphveil.units import PrivacyUnit
+
+
+class Mechanism(ABC):
+    """A one-shot release: ``release`` once, then ``event`` describes it to the accountant.
+
+    Subclasses set ``unit`` (the privacy unit the sensitivity is stated for) and implement
+    :meth:`sensitivity` (ℓ2 for Gaussian, ℓ1 for Laplace; ``inf`` if unbounded), :meth:`release`
+    and :meth:`event`.
+    """
+
+    Params: ClassVar[type[BaseModel]] = NoParams
+    unit: ClassVar[PrivacyUnit]
+
+    @abstractmethod
+    def sensitivity(self) -> float:
+        """How far the released statistic can move when one privacy unit changes."""
+
+    @abstractmethod
+    def release(self, data: Any, noise: Any) -> Any:
+        """Compute and release the artifact; ``noise`` is the run's CSPRNG Gaussian source."""
+
+    @abstractmethod
+    def event(self) -> dp_accounting.DpEvent:
+        """The accounting event of one release (e.g. ``GaussianDpEvent(σ / sensitivity)``)."""

@@ -1,0 +1,107 @@
+"""The task family: what is learned from the data, per example, and how it is evaluated.
+
+A task owns the data view of one run: it splits the loaded dataset (``setup``), hands the
+sampler the training side (``train_view``), turns a sampled batch into per-example losses of a
+model (``losses``, one entry per clipping unit), and evaluates the trained model on the held-out
+side (``evaluate``), reading only the released weights and, where the privacy unit allows it, a
+target node's own data. Built-in tasks: ``relational`` (papers 1–2: tuples, zero-shot relation
+prediction) and ``node_classification`` (paper 4's DP-MLP: accuracy on a random node split).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import torch
+from pydantic import BaseModel
+
+from graphveil.components import Model, NoParams
+from graphveil.units import PrivacyUnit
+
+
+@runtime_checkable
+class Batch(Protocol):
+    """What every batch offers the engine: its number of clipping units (examples)."""
+
+    @property
+    def size(self) -> int: ...
+
+
+@dataclass
+class NodeBatch:
+    """A mini-batch of nodes: each node is one example (one clipping unit).
+
+    :param nodes: ``(b,)`` node indices (into the task's training view until lifted).
+    """
+
+    nodes: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.nodes.dim() != 1:
+            raise ValueError(f"nodes must be (b,), got {tuple(self.nodes.shape)}")
+
+    @property
+    def size(self) -> int:
+        return int(self.nodes.numel())
+
+    @property
+    def groups(self) -> torch.Tensor:
+        """Row → example map: row i of the model input belongs to example i."""
+        return torch.arange(self.size)
+
+
+@dataclass(frozen=True)
+class MetricColumn:
+    """One column of a result table: key in the evaluation dict, header, format."""
+
+    key: str
+    header: str
+    fmt: str = ".4f"
+
+
+class Task(ABC):
+    """Per-example losses for a batch and the evaluation protocol of one kind of learning.
+
+    Subclasses set ``model_family`` ("encoder": the model embeds entities; "model": the model
+    is called on the batch's inputs) and ``metrics`` (the columns ``graphveil run`` prints).
+    """
+
+    Params: ClassVar[type[BaseModel]] = NoParams
+    model_family: ClassVar[str] = "model"
+    metrics: ClassVar[tuple[MetricColumn, ...]] = ()
+
+    @abstractmethod
+    def setup(self, data: Any, split: Any) -> None:
+        """Split the loaded dataset (``split``: the run's :class:`~graphveil.config.SplitConfig`)."""
+
+    @property
+    @abstractmethod
+    def train_view(self) -> Any:
+        """What the sampler prepares on (the training side)."""
+
+    @abstractmethod
+    def num_units(self, unit: PrivacyUnit | None) -> int:
+        """How many privacy units the training side holds (n in δ's default rule)."""
+
+    def lift(self, batch: Any) -> Any:
+        """Map a batch from training-view indices to the model's (default: unchanged)."""
+        return batch
+
+    def prepare_model(self, model: Model) -> None:
+        """One-time model work on this data (default: ``model.prepare(dataset)``)."""
+        model.prepare(self.dataset)
+
+    @property
+    def dataset(self) -> Any:
+        """The whole loaded dataset (set by :meth:`setup`)."""
+        return getattr(self, "_dataset", None)
+
+    @abstractmethod
+    def losses(self, model: Model, batch: Any) -> torch.Tensor:
+        """``(b,)`` per-example losses; example i depends only on batch example i's data."""
+
+    @abstractmethod
+    def evaluate(self, model: Model) -> dict[str, float]:
+        """Metrics on the held-out side; reads only the model's (released) weights and eval data."""
