@@ -1,28 +1,35 @@
-"""``graphveil run``: one configured session from YAML to a complete run directory."""
+"""``graphveil run``: one configured session (or a sweep of them) from YAML to complete run directories."""
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from graphveil.config import RunConfig
-from graphveil.data import RelationalGraph
-from graphveil.host import PluginHost, read_only
-from graphveil.outputs import RunDirectory, format_table
+from graphveil.config import RunConfig, config_from_dict
+from graphveil.host import PluginHost, default_host, read_only
+from graphveil.outputs import RunDirectory, dumps, format_table
 from graphveil.records_store import RecordsStore
 from graphveil.session import TrainingSession
 
-RESULT_COLUMNS = [
-    ("name", "run", ""), ("prec1", "PREC@1", ".4f"), ("mrr", "MRR", ".4f"),
+TAIL_COLUMNS = [
     ("epsilon", "ε spent", ".3f"), ("noise_multiplier", "σ", ".3f"), ("steps", "steps", "d"),
     ("seconds", "time (s)", ".0f"),
 ]
 
 
+def result_columns(session: TrainingSession) -> list[tuple[str, str, str]]:
+    """The run table's columns: name, the task's metrics, ε, σ, steps, time."""
+    metrics = [(m.key, m.header, m.fmt) for m in session.task.metrics]
+    return [("name", "run", ""), *metrics, *TAIL_COLUMNS]
+
+
 def run_training(config: RunConfig, *, host: PluginHost | None = None,
-                 graph: RelationalGraph | None = None,
+                 graph: Any = None,
                  session: TrainingSession | None = None,
                  records_store: RecordsStore | None = None) -> dict[str, Any]:
     """Assemble (refusing mismatches before any data is read), prepare, train, evaluate, save.
@@ -48,7 +55,7 @@ def run_training(config: RunConfig, *, host: PluginHost | None = None,
         report = session.privacy_report()
         out.write_json("privacy.json", report)
         out.write_json("evaluation.json", evaluation)
-        session.encoder.save(out.path / "adapter")
+        session.encoder.save(out.path / ("adapter" if session.task.model_family == "encoder" else "model"))
         row = {"name": config.name, **evaluation, "epsilon": report["epsilon"],
                "noise_multiplier": report["noise_multiplier"], "steps": train["steps"],
                "seconds": time.perf_counter() - started}
@@ -58,4 +65,116 @@ def run_training(config: RunConfig, *, host: PluginHost | None = None,
     except BaseException:
         out.discard()
         raise
-    return {"run_dir": run_dir, "row": row, "table": format_table([row], RESULT_COLUMNS)}
+    return {"run_dir": run_dir, "row": row, "table": format_table([row], result_columns(session)),
+            "session": session}
+
+
+# ------------------------------------------------------------------------------------ sweeps
+
+
+def mean_ci95(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % confidence interval (Student t, n − 1 d.o.f.).
+
+    One value gives a half-width of ``nan`` (no spread to estimate).
+    """
+    from scipy import stats
+
+    clean = [v for v in values if v is not None and not math.isnan(v)]
+    if not clean:
+        return math.nan, math.nan
+    mean = statistics.fmean(clean)
+    if len(clean) < 2:
+        return mean, math.nan
+    half = float(stats.t.ppf(0.975, len(clean) - 1)) * statistics.stdev(clean) / math.sqrt(len(clean))
+    return mean, half
+
+
+def sweep_cell(config: RunConfig, target_epsilon: float | None, seed: int, out_dir: Path,
+               host: PluginHost) -> RunConfig:
+    """The config of one (ε, seed) cell: seed for sampling, split key and (if the model takes
+    a ``seed`` option) model initialisation."""
+    raw = config.model_dump(mode="json", exclude={"sweep"})
+    raw["seed"] = seed
+    raw["data"]["split"]["seed"] = seed
+    section = "encoder" if config.encoder is not None else "model"
+    if "seed" in host.get(section, config.network.name).params_model.model_fields:
+        raw[section]["seed"] = seed
+    if target_epsilon is None:
+        raw["privacy"] = {"enabled": False}
+    else:
+        raw["privacy"] = {**raw["privacy"], "enabled": True, "target_epsilon": target_epsilon,
+                          "noise_multiplier": None}
+    label = "nonprivate" if target_epsilon is None else f"eps{target_epsilon:g}"
+    raw["name"] = f"{config.name}-{label}-seed{seed}"
+    raw["output"]["dir"] = str(out_dir / label / f"seed{seed}")
+    return config_from_dict(raw, f"{config.name} sweep cell ({label}, seed {seed})")
+
+
+def run_sweep(config: RunConfig, *, host: PluginHost | None = None, graph: Any = None) -> dict[str, Any]:
+    """Run every (target ε, seed) cell of ``config.sweep``; one table row per ε with mean ± 95 % CI.
+
+    Each cell is a complete run directory under ``<output.dir>/<eps…|nonprivate>/seed<k>``; the
+    sweep folder also gets ``results.jsonl`` (one line per cell) and ``table.txt``. The folder
+    appears under its final name only when every cell has finished.
+    """
+    if config.sweep is None:
+        raise ValueError("config has no sweep section")
+    host = host or default_host()
+    final = Path(config.output.dir or RunDirectory.default_for(config.name))
+    out = RunDirectory(final)
+    rows, columns, cells = [], None, []
+    try:
+        for eps in config.sweep.target_epsilon:
+            results = []
+            for seed in config.sweep.seeds:
+                cell = sweep_cell(config, eps, seed, out.path, host)
+                result = run_training(cell, host=host, graph=graph)
+                columns = columns or result_columns(result["session"])
+                record = {"target_epsilon": eps, "seed": seed, **result["row"]}
+                out.log_metrics(record)
+                cells.append(record)
+                results.append(result["row"])
+            rows.append(_summary_row(eps, results, columns))
+        (out.path / "results.jsonl").write_text("".join(dumps(c) + "\n" for c in cells), encoding="utf-8")
+        table = _sweep_table(rows, columns, len(config.sweep.seeds))
+        (out.path / "table.txt").write_text(table + "\n", encoding="utf-8")
+        run_dir = out.commit()
+    except BaseException:
+        out.discard()
+        raise
+    return {"run_dir": run_dir, "rows": rows, "table": table}
+
+
+def _summary_row(eps: float | None, results: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> dict[str, Any]:
+    row: dict[str, Any] = {"target": "non-private" if eps is None else f"ε = {eps:g}"}
+    for key, _, _ in columns[1:]:
+        values = [r.get(key) for r in results]
+        if all(isinstance(v, int | float) for v in values):
+            row[key] = mean_ci95([float(v) for v in values])
+    return row
+
+
+def _sweep_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]], seeds: int) -> str:
+    def fmt(value: tuple[float, float] | None, spec: str, scale: float = 1.0) -> str:
+        if value is None:
+            return "-"
+        mean, half = value
+        if math.isinf(mean):
+            return "∞"
+        spec = spec if spec != "d" else ".0f"
+        text = format(mean * scale, spec)
+        return text if math.isnan(half) or half == 0 else f"{text} ± {format(half * scale, spec)}"
+
+    metric_keys = {k for k, _, _ in columns[1:-len(TAIL_COLUMNS)]}
+    flat = []
+    for r in rows:
+        cells = {"target": r["target"]}
+        for key, _, spec in columns[1:]:
+            # accuracies as percentages, as paper tables print them
+            pct = key in metric_keys and key.endswith("accuracy")
+            cells[key] = fmt(r.get(key), ".2f" if pct else spec, 100.0 if pct else 1.0)
+        flat.append(cells)
+    headers = [("target", "privacy", "")] + [
+        (k, f"{h} (%)" if k in metric_keys and k.endswith("accuracy") else h, "") for k, h, _ in columns[1:]]
+    return (format_table(flat, headers)
+            + f"\nmean ± 95 % CI (Student t) over {seeds} seeds; each seed sets sampling, split key and init")

@@ -1,12 +1,13 @@
-"""A training session: one run of DP relational learning on one graph.
+"""A training session: one DP-SGD run of one task on one dataset.
 
 The same session runs locally (``graphveil run``) and inside a federated site: the site calls
 :meth:`TrainingSession.train` for its local steps between rounds.
 
 Order of work (DESIGN.md, "One DP step"): assemble components and check the invariant
-(:meth:`assemble`, no data touched) → load and split the graph, preprocess the training side,
-bind the accountant, calibrate σ (:meth:`prepare`) → steps (:meth:`train`) → zero-shot
-evaluation on the held-out side (:meth:`evaluate`).
+(:meth:`assemble`, no data touched) → load the data, let the task split it, preprocess the
+training side, bind the accountant, calibrate σ (:meth:`prepare`) → steps (:meth:`train`) →
+the task's evaluation on the held-out side (:meth:`evaluate`). What is specific to relational
+tuples or node classification lives in the task (:mod:`graphveil.tasks`).
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from graphveil.components import Accountant, Clipper, Encoder, Sampler, TupleBatch
+from graphveil.components import Accountant, Clipper, Model, Sampler
 from graphveil.config import RunConfig
 from graphveil.data import RelationalGraph
 from graphveil.errors import ConfigError
-from graphveil.evaluation import relation_prediction
 from graphveil.host import PluginHost, default_host, read_only
-from graphveil.invariant import check_run
+from graphveil.invariant import check_run, check_structure
 from graphveil.privacy.delta import DEFAULT_DELTA_RULE, default_delta, delta_too_large
 from graphveil.records_store import RecordsStore, records_key
+from graphveil.tasks import Task
 from graphveil.units import PrivacyUnit
 
 if TYPE_CHECKING:
@@ -66,11 +67,14 @@ class TrainingSession:
         self.sampler: Sampler | None = None
         self.clipper: Clipper | None = None
         self.accountant: Accountant | None = None
-        self.encoder: Encoder | None = None
+        self.encoder: Model | None = None  # the trained model (an Encoder for the relational task)
+        self.task: Task | None = None
+        self.unit: PrivacyUnit | None = None
         self.noise_multiplier: float = 0.0
         self.delta: float = 0.0
         self.delta_rule: str = DEFAULT_DELTA_RULE
         self.num_units: int = 0
+        self.planned_steps = 0
         self.steps_done = 0
         self.tuples_used = 0
         self._prepared = False
@@ -89,7 +93,15 @@ class TrainingSession:
             private=cfg.privacy.enabled, sampler=(cfg.sampler.name, self.sampler),
             clipper=(cfg.clipper.name, self.clipper), accountant=(cfg.accountant.name, self.accountant),
         )
-        self.encoder = self.host.create("encoder", cfg.encoder.name, cfg.encoder.params, where="encoder")
+        self.task = self.host.create("task", cfg.task.name, cfg.task.params, where="task")
+        family = self.task.model_family
+        section = "encoder" if cfg.encoder is not None else "model"
+        if family != section:
+            raise ConfigError(f"task {cfg.task.name!r} trains a {family}: give a {family!r} section, not {section!r}")
+        self.encoder = self.host.create(family, cfg.network.name, cfg.network.params, where=family)
+        if cfg.privacy.enabled:
+            check_structure(cfg.network.name, self.encoder)
+        self.task.configure(cfg)
 
     # ------------------------------------------------------------------ prepare (data)
     def prepare(self) -> None:
@@ -98,17 +110,14 @@ class TrainingSession:
             return
         if self.sampler is None:
             self.assemble()
-        from graphveil.data import load_graph, transfer_split
-
         cfg = self.config
         if self.graph is None:
-            self.graph = load_graph(cfg.data)
-        self.train_graph, self.test_graph = transfer_split(
-            self.graph, cfg.data.split.train_fraction, cfg.data.split.seed
-        )
-        self.train_nodes = self._global_index(self.train_graph)
-        self.test_nodes = self._global_index(self.test_graph)
+            from graphveil.data import load_data
+
+            self.graph = load_data(cfg.data, self.host)
+        self.task.setup(self.graph, cfg.data.split)
         profile = self._prepare_sampler()
+        self.planned_steps = self._planned_steps(profile)
         self.sampling_profile = profile
         self.clipper.bind(profile)
         self.accountant.bind(profile, self.clipper.profile)
@@ -122,10 +131,10 @@ class TrainingSession:
             else:
                 self.noise_multiplier = self.accountant.calibrate(
                     target_epsilon=cfg.privacy.target_epsilon, delta=self.delta,
-                    num_steps=max(cfg.training.steps, 1),
+                    num_steps=max(self.planned_steps, 1),
                 )
         log.info("sampling profile %s; sigma=%.4f delta=%.3g", profile, self.noise_multiplier, self.delta)
-        self.encoder.prepare(self.graph)
+        self.task.prepare_model(self.encoder)
         self.optimizer = self._build_optimizer()
         self._prepared = True
 
@@ -142,17 +151,38 @@ class TrainingSession:
         params = hook() if callable(hook) else None
         self.records_key = None
         if store is None or params is None:
-            return sampler.prepare(self.train_graph, self.generator)
-        key = records_key(self.train_graph, self.config.sampler.name, params)
+            return sampler.prepare(self.task.train_view, self.generator)
+        key = records_key(self.task.train_view, self.config.sampler.name, params)
         self.records_key = key
         stored = store.load_records(key)
         if stored is not None:
-            profile = sampler.prepare(self.train_graph, self.generator, records=stored)
+            profile = sampler.prepare(self.task.train_view, self.generator, records=stored)
             log.info("reusing the stored record set (%d records) for %s", profile.num_records, key)
             return profile
-        profile = sampler.prepare(self.train_graph, self.generator)
+        profile = sampler.prepare(self.task.train_view, self.generator)
         store.save_records(key, sampler.records)
         return profile
+
+    def _planned_steps(self, profile: Any) -> int:
+        """``training.steps``, or ``ceil(epochs · n / b̄)`` with n records and b̄ the expected batch."""
+        training = self.config.training
+        if training.epochs is None:
+            return training.steps
+        expected = profile.rate * profile.num_records
+        return max(1, math.ceil(training.epochs * profile.num_records / expected))
+
+    # The relational task's split, for callers that inspect a relational session.
+    @property
+    def train_graph(self) -> RelationalGraph:
+        return self.task.train_graph
+
+    @property
+    def test_graph(self) -> RelationalGraph:
+        return self.task.test_graph
+
+    @property
+    def train_nodes(self) -> torch.Tensor:
+        return self.task.train_nodes
 
     def _choose_delta(self) -> None:
         """δ: explicit, or :func:`~graphveil.privacy.default_delta` of the number of privacy units.
@@ -162,8 +192,7 @@ class TrainingSession:
         """
         cfg = self.config
         unit = getattr(self.sampler, "unit", None)
-        self.num_units = (self.train_graph.num_edges if unit == PrivacyUnit.EDGE
-                          else self.train_graph.num_nodes)
+        self.num_units = self.task.num_units(unit)
         if cfg.privacy.delta is None:
             self.delta, self.delta_rule = default_delta(self.num_units), DEFAULT_DELTA_RULE
             return
@@ -174,12 +203,8 @@ class TrainingSession:
                 "mechanism may then publish one unit's data in the clear and still satisfy the "
                 "claim; the default rule would give %.0e", self.delta, self.num_units,
                 getattr(unit, "value", unit), "training relations" if unit == PrivacyUnit.EDGE
-                else "training entities", default_delta(self.num_units),
+                else "training units", default_delta(self.num_units),
             )
-
-    def _global_index(self, sub: RelationalGraph) -> torch.Tensor:
-        position = {eid: i for i, eid in enumerate(self.graph.entity_ids)}
-        return torch.tensor([position[e] for e in sub.entity_ids], dtype=torch.long)
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         from graphveil.engine.dp_step import build_optimizer
@@ -187,15 +212,6 @@ class TrainingSession:
         return build_optimizer(self.encoder.trainable_parameters(), self.config.training)
 
     # ------------------------------------------------------------------ train
-    def _to_global(self, batch: TupleBatch) -> TupleBatch:
-        def lift(t: torch.Tensor) -> torch.Tensor:
-            out = torch.full_like(t, -1)
-            ok = t >= 0
-            out[ok] = self.train_nodes[t[ok]]
-            return out
-
-        return TupleBatch(lift(batch.positives), lift(batch.negatives), lift(batch.anchors))
-
     def projected_epsilon(self, extra_steps: int) -> float:
         """ε the accountant would report after ``extra_steps`` more steps (nothing recorded)."""
         if not self.config.privacy.enabled:
@@ -213,12 +229,12 @@ class TrainingSession:
 
     def train(self, num_steps: int | None = None,
               on_step: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """Run ``num_steps`` steps (default: ``training.steps``); every step is accounted."""
-        from graphveil.engine.dp_step import LossSpec, dp_step, nonprivate_step
+        """Run ``num_steps`` steps (default: the planned steps); every step is accounted."""
+        from graphveil.engine.dp_step import dp_step, nonprivate_step
 
         self.prepare()
         cfg = self.config
-        steps = cfg.training.steps if num_steps is None else num_steps
+        steps = self.planned_steps if num_steps is None else num_steps
         if steps < 0:
             raise ConfigError(f"number of steps must be >= 0, got {steps}")
         private = cfg.privacy.enabled
@@ -226,13 +242,12 @@ class TrainingSession:
         progress = _progress(steps, cfg.output.progress, desc=cfg.name)
         losses = []
         step_fn = dp_step if private else nonprivate_step
-        loss_spec = LossSpec.from_config(cfg.training)
         noise = self.noise if private else None
         for _ in range(steps):
-            batch = self._to_global(self.sampler.sample(self.generator))
+            batch = self.task.lift(self.sampler.sample(self.generator))
             metrics = step_fn(
                 self.encoder, batch, clipper=self.clipper, noise_multiplier=self.noise_multiplier,
-                expected_batch_size=expected_b, optimizer=self.optimizer, loss=loss_spec, noise=noise,
+                expected_batch_size=expected_b, optimizer=self.optimizer, loss=self.task.losses, noise=noise,
             ).as_dict()
             if private:
                 self.accountant.step(noise_multiplier=self.noise_multiplier)
@@ -258,21 +273,10 @@ class TrainingSession:
         }
 
     # ------------------------------------------------------------------ evaluate
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Zero-shot PREC@1 / MRR on relations inside the held-out entity set."""
+        """The task's evaluation on the held-out side (relational: zero-shot PREC@1 / MRR)."""
         self.prepare()
-        ev = self.config.evaluation
-        nodes = self.test_nodes
-
-        def embed_all() -> torch.Tensor:
-            self.encoder.eval()
-            out = torch.cat([self.encoder.embed(nodes[i : i + 512]) for i in range(0, nodes.numel(), 512)])
-            self.encoder.train()
-            return out
-
-        return relation_prediction(self.test_graph.edges, embed_all, batch_size=ev.batch_size,
-                                   max_edges=ev.max_edges, seed=self.config.data.split.seed)
+        return self.task.evaluate(self.encoder)
 
     # ------------------------------------------------------------------ federated helpers
     def trainable_state(self) -> dict[str, torch.Tensor]:
@@ -324,17 +328,12 @@ class TrainingSession:
         elif unit == PrivacyUnit.NODE:
             claim = (f"node-level DP w.r.t. the degree-capped relation set Ē (K={profile.degree_cap}) "
                      "of the training side of the keyed entity split")
+        elif unit == PrivacyUnit.EDGE:
+            claim = "edge-level DP w.r.t. the relations of the training side of the keyed entity split"
         else:
-            claim = f"{getattr(unit, 'value', unit)}-level DP w.r.t. the relations of the training side of the keyed entity split"
-        return {
-            "claim": claim,
-            "split": {"rule": "HMAC-SHA256(data.split.seed, entity id) / 2^64 < train_fraction",
-                      "train_fraction": cfg.data.split.train_fraction},
-            "entities": self.train_graph.num_nodes,
-            "relations": self.train_graph.num_edges,
-            "records": profile.num_records,
-            "records_persisted": self.records_key is not None,
-        }
+            claim = f"{unit.value} DP w.r.t. the training side of the keyed split"
+        return {"claim": claim, **self.task.scope(), "records": profile.num_records,
+                "records_persisted": self.records_key is not None}
 
 
 def _progress(total: int, enabled: bool, desc: str) -> Any:

@@ -72,6 +72,9 @@ class Task(ABC):
     model_family: ClassVar[str] = "model"
     metrics: ClassVar[tuple[MetricColumn, ...]] = ()
 
+    def configure(self, config: Any) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Read run-level options the task uses (e.g. the relational loss), before :meth:`setup`."""
+
     @abstractmethod
     def setup(self, data: Any, split: Any) -> None:
         """Split the loaded dataset (``split``: the run's :class:`~graphveil.config.SplitConfig`)."""
@@ -97,6 +100,10 @@ class Task(ABC):
     def dataset(self) -> Any:
         """The whole loaded dataset (set by :meth:`setup`)."""
         return getattr(self, "_dataset", None)
+
+    def scope(self) -> dict[str, Any]:
+        """The split rule and the training side's sizes, for ``privacy.json`` (default: none)."""
+        return {}
 
     @abstractmethod
     def losses(self, model: Model, batch: Any) -> torch.Tensor:

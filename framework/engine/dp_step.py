@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
-from graphveil.components import Clipper, Encoder, TupleBatch
+from graphveil.components import Clipper, Encoder, Model, TupleBatch
 from graphveil.config import TrainingConfig
 from graphveil.engine.losses import LossKind, tuple_losses
 from graphveil.engine.noise import GaussianNoise
@@ -110,10 +110,20 @@ def batch_losses(encoder: Encoder, batch: TupleBatch, loss: LossSpec) -> torch.T
     )
 
 
-_ENGINES: weakref.WeakKeyDictionary[Encoder, tuple[tuple[int, ...], PerTupleGrad]] = weakref.WeakKeyDictionary()
+#: Per-example losses of a batch: a task's ``losses(model, batch)``, or a :class:`LossSpec` for tuples.
+Losses = LossSpec | Callable[[Any, Any], torch.Tensor]
 
 
-def _engine_for(encoder: Encoder, params: list[torch.nn.Parameter]) -> PerTupleGrad:
+def _loss_fn(loss: Losses) -> Callable[[Any, Any], torch.Tensor]:
+    if isinstance(loss, LossSpec):
+        return lambda model, batch: batch_losses(model, batch, loss)
+    return loss
+
+
+_ENGINES: weakref.WeakKeyDictionary[Model, tuple[tuple[int, ...], PerTupleGrad]] = weakref.WeakKeyDictionary()
+
+
+def _engine_for(encoder: Model, params: list[torch.nn.Parameter]) -> PerTupleGrad:
     """One engine per encoder (rebuilt if its trainable set changes). The summed-gradient check
     of :class:`PerTupleGrad` (weight tying, functional use) runs on the engine's first step
     only: it tests the model's structure, which does not change between steps."""
@@ -128,14 +138,14 @@ def _engine_for(encoder: Encoder, params: list[torch.nn.Parameter]) -> PerTupleG
 
 
 def dp_step(
-    encoder: Encoder,
-    batch: TupleBatch,
+    encoder: Model,
+    batch: Any,
     *,
     clipper: Clipper,
     noise_multiplier: float,
     expected_batch_size: float,
     optimizer: torch.optim.Optimizer,
-    loss: LossSpec,
+    loss: Losses,
     noise: GaussianNoise,
 ) -> StepMetrics:
     """One DP step: per-tuple norms → ``clipper.factors`` → clipped sum + ``N(0, σ²C²)`` → ÷ b̄ → step.
@@ -145,6 +155,7 @@ def dp_step(
     :param noise_multiplier: σ ≥ 0 (σ = 0 only for tests: no privacy).
     :param expected_batch_size: b̄ > 0, the expected number of tuples per step.
     :param optimizer: built by :func:`build_optimizer` over ``encoder.trainable_parameters()``.
+    :param loss: per-example losses ``(b,)`` of a batch: a task's ``losses`` or a tuple :class:`LossSpec`.
     :raises PluginError: the clipper returned factors of the wrong shape or outside ``[0, 1]``.
     """
     if not (noise_multiplier >= 0 and math.isfinite(noise_multiplier)):
@@ -157,7 +168,7 @@ def dp_step(
     engine = _engine_for(encoder, params)
     if b > 0:
         with engine.record(num_groups=b):
-            losses = batch_losses(encoder, batch, loss)
+            losses = _loss_fn(loss)(encoder, batch)
         norms = engine.compute(losses.sum())
         factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=torch.float32)
         if factors.shape != (b,) or not bool(((factors >= 0) & (factors <= 1)).all()):
@@ -188,14 +199,14 @@ def dp_step(
 
 
 def nonprivate_step(
-    encoder: Encoder,
-    batch: TupleBatch,
+    encoder: Model,
+    batch: Any,
     *,
     clipper: Clipper | None = None,
     noise_multiplier: float = 0.0,
     expected_batch_size: float = 1.0,
     optimizer: torch.optim.Optimizer,
-    loss: LossSpec,
+    loss: Losses,
     noise: GaussianNoise | None = None,
 ) -> StepMetrics:
     """Baseline with :func:`dp_step`'s signature: mean loss over the realised batch, backward, step.
@@ -206,7 +217,7 @@ def nonprivate_step(
     optimizer.zero_grad(set_to_none=True)
     if batch.size == 0:
         return StepMetrics(float("nan"), 0, float("nan"), float("nan"))
-    losses = batch_losses(encoder, batch, loss)
+    losses = _loss_fn(loss)(encoder, batch)
     losses.mean().backward()
     optimizer.step()
     return StepMetrics(float(losses.detach().mean()), batch.size, 0.0, float("nan"))

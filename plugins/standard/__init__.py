@@ -15,3 +15,10 @@ def graphveil_accountants():
     from graphveil.plugins.standard.no_accounting import NoAccountant
 
     return {"no_accounting": NoAccountant}
+
+
+@hookimpl
+def graphveil_tasks():
+    from graphveil.plugins.standard.relational import RelationalTask
+
+    return {"relational": RelationalTask}

@@ -1,0 +1,71 @@
+"""RDP of the sampled-without-replacement Gaussian under replace-one adjacency (dp-accounting)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import dp_accounting
+import numpy as np
+
+from graphveil.errors import PrivacyError
+from graphveil.plugins.node_dp.units import NODE_GDP
+from graphveil.privacy import RdpAccountantBase, RdpParams
+from graphveil.profiles import (
+    PrivacyUnit,
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
+
+NeighborRel = dp_accounting.privacy_accountant.NeighboringRelation
+
+
+class NodeReplaceRdpAccountant(RdpAccountantBase):
+    """Node-level (replacement) RDP of b-of-n WOR batches with per-node clipping (dp-accounting).
+
+    Replacing one node changes at most one example of a batch, moving the clipped sum by at
+    most 2C; with noise std σC the Gaussian's noise multiplier relative to that sensitivity is
+    σ/2. Each step is dp-accounting's ``SampledWithoutReplacementDpEvent(n, b, Gaussian(σ/2))``
+    under ``REPLACE_ONE`` (Wang, Balle & Kasiviswanathan 2019, Thm 27).
+    """
+
+    Params = RdpParams
+    mechanism: ClassVar[str] = "node_rdp"
+    unit: ClassVar[PrivacyUnit] = NODE_GDP
+    supports: ClassVar[frozenset[tuple[SamplingKind, SensitivityKind]]] = frozenset({
+        (SamplingKind.UNIFORM_WOR, SensitivityKind.PER_EXAMPLE),
+    })
+    #: replace-one sensitivity of a sum of per-example-clipped gradients, in units of C
+    REPLACEMENT_SENSITIVITY: ClassVar[float] = 2.0
+
+    def __init__(self, params: Any = None) -> None:
+        super().__init__(params)
+        self._n: int | None = None
+        self._b: int | None = None
+
+    def bind(self, sampling: SamplingProfile, sensitivity: SensitivityProfile) -> None:
+        """Check the pair, n ≥ b ≥ 1 and C > 0.
+
+        :raises ProfileMismatchError: for a pair outside :attr:`supports` or another unit.
+        :raises PrivacyError: for batch sizes or clip norms that cannot be analysed.
+        """
+        self.check_pair(sampling, sensitivity)
+        n, b = int(sampling.num_records), int(sampling.batch_size)
+        if not 1 <= b <= n:
+            raise PrivacyError(f"need 1 <= batch size <= n, got b={b}, n={n}")
+        if not (sensitivity.clip_norm > 0 and math.isfinite(sensitivity.clip_norm)):
+            raise PrivacyError(f"clip norm C must be a finite number > 0, got {sensitivity.clip_norm!r}")
+        self._n, self._b = n, b
+        self._set_profile({"sampling": sampling.kind.value, "sensitivity": sensitivity.kind.value,
+                           "n": n, "batch_size": b})
+
+    def per_step_rdp(self, noise_multiplier: float) -> np.ndarray:
+        if self._n is None or self._b is None:
+            raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
+        accountant = dp_accounting.rdp.RdpAccountant(
+            orders=[float(a) for a in self.orders], neighboring_relation=NeighborRel.REPLACE_ONE)
+        gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / self.REPLACEMENT_SENSITIVITY)
+        accountant.compose(dp_accounting.SampledWithoutReplacementDpEvent(self._n, self._b, gaussian))
+        return np.asarray(accountant.rdp, dtype=float)
