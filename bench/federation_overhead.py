@@ -37,8 +37,11 @@ ROUNDS, LOCAL_STEPS = 3, 5
 
 
 def _site_config(node_config: Path, run_config: dict, seed: int = 0):
-    from graphveil.cli_fed import SiteSettings
-    from graphveil.connectors.flower.settings import FederationSettings, site_run_config
+    from graphveil.connectors.flower.settings import (
+        FederationSettings,
+        SiteSettings,
+        site_run_config,
+    )
 
     return site_run_config(FederationSettings.from_run_config(run_config), SiteSettings.from_toml(node_config), seed=seed)
 

@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+from graphveil.apps.demo import BASE, demo_configs
 from graphveil.config import merge_config
 from graphveil.data import load_graph
-from graphveil.demo import BASE, demo_configs
 from graphveil.outputs import dumps
 from graphveil.runner import run_training
 

@@ -83,6 +83,10 @@ class TupleBatch:
         """``(b, 2 + k)`` entities of each tuple: u, v, then the sampled negatives."""
         return torch.cat([self.positives, self.negatives], dim=1)
 
+    def select(self, index: torch.Tensor) -> TupleBatch:
+        """The tuples at positions ``index`` (1-D long), in that order (micro-batching)."""
+        return TupleBatch(self.positives[index], self.negatives[index], self.anchors[index])
+
 
 # --------------------------------------------------------------------------------------------
 # Samplers
@@ -179,6 +183,16 @@ class Accountant(ABC):
         from graphveil.invariant import check_profiles
 
         check_profiles(self, sampling, sensitivity)
+
+    def compose_event(self, event: Any, name: str) -> None:
+        """Compose a one-shot release (a ``dp_accounting`` event); default: cannot.
+
+        :raises PrivacyError: this accountant analyses DP-SGD steps only.
+        """
+        from graphveil.errors import PrivacyError
+
+        raise PrivacyError(f"accountant {self.mechanism!r} cannot compose one-shot releases "
+                           f"(mechanism {name!r}); use an RDP accountant")
 
     @abstractmethod
     def step(self, *, noise_multiplier: float, num_steps: int = 1) -> None:

@@ -12,7 +12,7 @@ import copy
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -72,54 +72,66 @@ class SplitConfig(_Strict):
     train_fraction: float = Field(0.5, gt=0, lt=1, description="transfer: share of entities on the training side.")
     val_fraction: float = Field(0.1, ge=0, lt=1, description="random_node: share of nodes for validation.")
     test_fraction: float = Field(0.15, gt=0, lt=1, description="random_node: share of nodes for test.")
-    seed: int = Field(0, description="Split key: each entity goes to the training side iff "
-                      "HMAC-SHA256(key, entity id) / 2^64 < train_fraction, so removing one entity moves "
-                      "no other (independent of the sampling seed; the field keeps its old name).")
-
-
-class DataConfig(_Strict):
-    source: Literal["citeseer", "citeseer_tape", "edge_list", "pyg"] = Field(
-        "citeseer", description="citeseer: the graph bundled with GraphVeil; citeseer_tape: a TAPE "
-        "CiteSeer folder; edge_list: edges CSV/TSV + entity table; pyg: a saved torch_geometric Data."
-    )
-    path: Path | None = Field(None, description="Folder (citeseer_tape), edge file (edge_list) or .pt file (pyg).")
-    entities: Path | None = Field(None, description=(
-        "Entity table for edge_list: CSV/TSV/JSONL with an id and a text column (id_col, text_col)."))
-    split: SplitConfig = Field(default_factory=SplitConfig)
-    max_entities: int | None = Field(None, gt=0, description="Keep only the first N entities (quick runs).")
-    source_col: str | None = Field(None, min_length=1, description=(
-        "edge_list: header column of the edge file holding the first entity id of each relation "
-        "(set with target_col). Default: the first row is a header if it names a recognised pair "
-        "(source/target, src/dst, from/to, ...), data if it holds known entity ids."))
-    target_col: str | None = Field(None, min_length=1, description=(
-        "edge_list: header column of the edge file holding the second entity id (set with source_col)."))
-    id_col: str = Field("id", min_length=1, description="edge_list: column (JSONL: key) of the entity table holding the entity id.")
-    text_col: str = Field("text", min_length=1, description="edge_list: column (JSONL: key) of the entity table holding the entity text.")
-    label_col: str | None = Field(None, min_length=1, description=(
-        "edge_list: column (JSONL: key) of the entity table holding a class label (empty: unlabelled). "
-        "Default: no labels."))
+    seed: int = Field(0, description=(
+        "Split key: a node's side depends only on HMAC-SHA256(key, its id) / 2^64 (transfer: training "
+        "side iff < train_fraction; random_node: test iff < test_fraction, else val iff < test_fraction "
+        "+ val_fraction), so removing one node moves no other (independent of the sampling seed; the "
+        "field keeps its old name)."))
 
     @model_validator(mode="after")
-    def _paths(self) -> DataConfig:
-        if self.source in ("citeseer_tape", "edge_list", "pyg") and self.path is None:
-            raise ValueError(f"data.path is required for source {self.source!r}")
-        if self.source == "edge_list" and self.entities is None:
-            raise ValueError("data.entities is required for source 'edge_list'")
+    def _fractions(self) -> SplitConfig:
+        if self.kind == "random_node" and self.val_fraction + self.test_fraction >= 1:
+            raise ValueError(f"data.split.val_fraction + data.split.test_fraction must be < 1 to leave "
+                             f"training nodes, got {self.val_fraction} + {self.test_fraction}")
         return self
 
+
+class DataConfig(BaseModel):
+    """``{source: <data source>, <option>: <value>, ..., split: {...}, max_entities: N}``
+
+    The source's own options sit next to ``source`` (like a component section's) and are
+    validated against its ``Params`` model here, when the source is installed (the default
+    plugin host), and again against the run's host when the run is assembled
+    (:func:`graphveil.data.loaders.create_data_source`), before any data is read. Once
+    validated, the extra keys hold the source's full option set, typed and with defaults filled
+    in (``cfg.data.path`` is a ``Path``; the resolved config shows every option).
+    """
+
+    model_config = ConfigDict(extra="allow")
+    _loading_host: ClassVar[bool] = False
+
+    source: str = Field("citeseer", description=(
+        "Registered data source (see `graphveil plugins`); built in: citeseer (the CiteSeer text graph "
+        "bundled with GraphVeil), citeseer_tape (a TAPE CiteSeer folder), edge_list (edges CSV/TSV + "
+        "entity table), pyg (a saved torch_geometric Data), planetoid (Cora bundled, or CiteSeer). "
+        "Its options go next to it, e.g. data.path."))
+    split: SplitConfig = Field(default_factory=SplitConfig)
+    max_entities: int | None = Field(None, gt=0, description="Keep only the first N entities (quick runs).")
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The source's options (every key but source, split and max_entities)."""
+        return dict(self.model_extra or {})
+
     @model_validator(mode="after")
-    def _columns(self) -> DataConfig:
-        fields = type(self).model_fields
-        named = [k for k in ("source_col", "target_col", "id_col", "text_col", "label_col")
-                 if getattr(self, k) != fields[k].default]
-        if self.source != "edge_list" and named:
-            raise ValueError(f"data.{named[0]} applies only to source 'edge_list' (source is {self.source!r})")
-        if (self.source_col is None) != (self.target_col is None):
-            raise ValueError("give both data.source_col and data.target_col, or neither")
-        if self.source_col is not None and self.source_col == self.target_col:
-            raise ValueError(f"data.source_col and data.target_col name the same column {self.source_col!r}")
-        if self.id_col == self.text_col:
-            raise ValueError(f"data.id_col and data.text_col name the same column {self.id_col!r}")
+    def _source_options(self) -> DataConfig:
+        from graphveil.data.sources import check_source_options
+        from graphveil.host import default_host
+
+        if DataConfig._loading_host:  # a plugin validating a config while the host loads it
+            return self
+        DataConfig._loading_host = True
+        try:
+            host = default_host()
+        finally:
+            DataConfig._loading_host = False
+        if self.source not in {c.name for c in host.components("data_source")}:
+            return self  # maybe registered on the run's own host: checked when the run is assembled
+        try:
+            options = check_source_options(host, self.source, self.params)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
+        object.__setattr__(self, "__pydantic_extra__", options.model_dump(by_alias=True))
         return self
 
 
@@ -208,6 +220,9 @@ class RunConfig(_Strict):
         "What is learned and how it is evaluated (relational: papers 1-2; node_classification)."))
     encoder: ComponentConfig | None = Field(None, description="Entity encoder (relational task).")
     model: ComponentConfig | None = Field(None, description="Model called on the batches (node_classification and other tasks).")
+    mechanisms: list[ComponentConfig] = Field(default_factory=list, description=(
+        "One-shot releases run before training, in order (e.g. a noisy feature release); each is "
+        "accounted by the run's accountant and its output is what the task may read."))
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     privacy: PrivacyConfig = Field(default_factory=lambda: PrivacyConfig(target_epsilon=10.0))
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
@@ -249,7 +264,8 @@ def set_dotted(tree: dict[str, Any], parts: list[str], value: Any) -> None:
     """Set ``tree[p0][p1]...[pn] = value``, creating sections on the way.
 
     :raises ValueError: naming the part that is a value where a section is needed, or the last
-        part if it names a section (a value must not silently replace a whole section).
+        part if it names a section (a value must not silently replace a whole section; ``null``
+        may, to drop an optional section such as ``sweep``).
     """
     node = tree
     for part in parts[:-1]:
@@ -257,7 +273,7 @@ def set_dotted(tree: dict[str, Any], parts: list[str], value: Any) -> None:
         if not isinstance(child, dict):
             raise ValueError(f"{part!r} is a value, not a section")
         node = child
-    if isinstance(node.get(parts[-1]), dict) and not isinstance(value, dict):
+    if isinstance(node.get(parts[-1]), dict) and not isinstance(value, dict | None):
         raise ValueError(f"{parts[-1]!r} is a section, not a value")
     node[parts[-1]] = value
 

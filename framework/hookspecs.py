@@ -174,3 +174,29 @@ def graphveil_run_end(run_dir: Path | None, report: Mapping[str, Any]) -> None:
         the final evaluation metrics.
     :returns: nothing; a return value is ignored.
     """
+
+
+# --------------------------------------------------------------------------------------------
+# Applications: how plugins and connectors extend the ``graphveil`` command line, the way
+# pytest plugins add options. The core's own commands (run, demo, plugins, privacy, budget)
+# are added first; connectors add theirs here (the Flower connector adds ``fed``), so the core
+# never imports them.
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def graphveil_add_commands(subparsers: Any) -> None:
+    """Add subcommands to the ``graphveil`` command line.
+
+    Called once, after the built-in commands are added and before the arguments are parsed.
+    Each added parser sets ``func`` via ``set_defaults(func=...)``: a callable taking the parsed
+    :class:`argparse.Namespace` and returning the exit code (``None`` means 0). A
+    :class:`graphveil.errors.GraphVeilError` it raises is printed on one line and exits with
+    code 2, like the built-in commands. A name another plugin (or a built-in) already uses is
+    an error naming the plugins that add commands. Import heavy modules inside ``func`` or
+    inside this hook, not at plugin import: every host loads the plugin.
+
+    :param subparsers: the top-level ``add_subparsers()`` action of the ``graphveil`` parser;
+        call its ``add_parser(name, help=...)``.
+    :returns: nothing; a return value is ignored.
+    """

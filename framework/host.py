@@ -38,7 +38,9 @@ from graphveil.mechanisms import Mechanism
 from graphveil.tasks import Task
 
 ENTRY_POINT_GROUP = "graphveil"
-BUILTIN_PREFIX = "graphveil.plugins."
+#: Entry points into these packages ship with GraphVeil (built-in plugins, connectors): they
+#: load even with autoload off.
+BUILTIN_PREFIXES = ("graphveil.plugins.", "graphveil.connectors.")
 #: Built-in plugins that cannot be blocked: the DP-SGD basics every run may need.
 ESSENTIAL_PLUGINS = frozenset({"standard"})
 AUTOLOAD_OFF_ENV = "GRAPHVEIL_DISABLE_PLUGIN_AUTOLOAD"
@@ -100,7 +102,7 @@ class PluginHost:
         for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
             if ep.name in blocked or self.pm.has_plugin(ep.name):
                 continue
-            builtin = ep.value.startswith(BUILTIN_PREFIX)
+            builtin = ep.value.startswith(BUILTIN_PREFIXES)
             if third_party_off and not builtin:
                 continue
             try:

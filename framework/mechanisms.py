@@ -35,8 +35,13 @@ class Mechanism(ABC):
         """How far the released statistic can move when one privacy unit changes."""
 
     @abstractmethod
-    def release(self, data: Any, noise: Any) -> Any:
-        """Compute and release the artifact; ``noise`` is the run's CSPRNG Gaussian source."""
+    def release(self, task: Any, noise: Any) -> Any:
+        """Compute and release the artifact from the task's data (``task.dataset``, its split).
+
+        ``noise`` is the run's :class:`~graphveil.engine.noise.GaussianNoise` (OS CSPRNG):
+        ``noise.add_([tensor], std)`` adds N(0, std²) in place. The artifact is what the task
+        may read afterwards (``task.released[name]``); nothing else of the data leaves.
+        """
 
     @abstractmethod
     def event(self) -> dp_accounting.DpEvent:

@@ -94,6 +94,8 @@ def sweep_cell(config: RunConfig, target_epsilon: float | None, seed: int, out_d
     """The config of one (ε, seed) cell: seed for sampling, split key and (if the model takes
     a ``seed`` option) model initialisation."""
     raw = config.model_dump(mode="json", exclude={"sweep"})
+    if config.training.epochs is not None:
+        del raw["training"]["steps"]  # planned from the epochs once the data is read
     raw["seed"] = seed
     raw["data"]["split"]["seed"] = seed
     section = "encoder" if config.encoder is not None else "model"

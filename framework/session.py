@@ -16,6 +16,7 @@ import logging
 import math
 import secrets
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -25,7 +26,7 @@ from graphveil.config import RunConfig
 from graphveil.data import RelationalGraph
 from graphveil.errors import ConfigError
 from graphveil.host import PluginHost, default_host, read_only
-from graphveil.invariant import check_run, check_structure
+from graphveil.invariant import check_run, check_structure, check_units
 from graphveil.privacy.delta import DEFAULT_DELTA_RULE, default_delta, delta_too_large
 from graphveil.records_store import RecordsStore, records_key
 from graphveil.tasks import Task
@@ -75,6 +76,8 @@ class TrainingSession:
         self.delta_rule: str = DEFAULT_DELTA_RULE
         self.num_units: int = 0
         self.planned_steps = 0
+        self.mechanisms: list[tuple[str, Any]] = []
+        self.released: Any = MappingProxyType({})
         self.steps_done = 0
         self.tuples_used = 0
         self._prepared = False
@@ -102,6 +105,12 @@ class TrainingSession:
         if cfg.privacy.enabled:
             check_structure(cfg.network.name, self.encoder)
         self.task.configure(cfg)
+        self.mechanisms = [
+            (m.name, self.host.create("mechanism", m.name, m.params, where=f"mechanisms[{i}]"))
+            for i, m in enumerate(cfg.mechanisms)
+        ]
+        if cfg.privacy.enabled:
+            check_units([("the run", self.unit)] + [(f"mechanism {n!r}", m.unit) for n, m in self.mechanisms])
 
     # ------------------------------------------------------------------ prepare (data)
     def prepare(self) -> None:
@@ -126,6 +135,8 @@ class TrainingSession:
             from graphveil.engine.noise import GaussianNoise
 
             self.noise = GaussianNoise(research_seed=cfg.privacy.research_noise_seed)
+        self._release()
+        if cfg.privacy.enabled:
             if cfg.privacy.noise_multiplier is not None:
                 self.noise_multiplier = cfg.privacy.noise_multiplier
             else:
@@ -162,6 +173,25 @@ class TrainingSession:
         profile = sampler.prepare(self.task.train_view, self.generator)
         store.save_records(key, sampler.records)
         return profile
+
+    def _release(self) -> None:
+        """Run the one-shot mechanisms in order; each release is accounted before training.
+
+        The task then reads only :attr:`released` artifacts (a mapping by mechanism name).
+        """
+        from graphveil.engine.noise import GaussianNoise
+
+        noise = self.noise or GaussianNoise()
+        released: dict[str, Any] = {}
+        for name, mechanism in self.mechanisms:
+            if name in released:
+                raise ConfigError(f"mechanism {name!r} is listed twice in mechanisms; its releases would collide")
+            released[name] = mechanism.release(self.task, noise)
+            if self.config.privacy.enabled:
+                self.accountant.compose_event(mechanism.event(), name)
+            log.info("released %s (sensitivity %.4g)", name, mechanism.sensitivity())
+        self.released = MappingProxyType(released)
+        self.task.released = self.released
 
     def _planned_steps(self, profile: Any) -> int:
         """``training.steps``, or ``ceil(epochs · n / b̄)`` with n records and b̄ the expected batch."""
@@ -314,7 +344,8 @@ class TrainingSession:
         }
         if cfg.privacy.enabled:
             detail = self.accountant.report(self.delta)
-            report.update(epsilon=detail["epsilon"], alpha=detail.get("alpha"))
+            report.update(epsilon=detail["epsilon"], alpha=detail.get("alpha"),
+                          releases=list(detail.get("releases", [])))
         else:
             report["epsilon"] = math.inf
         return report

@@ -11,7 +11,9 @@ prediction) and ``node_classification`` (paper 4's DP-MLP: accuracy on a random 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
@@ -51,6 +53,10 @@ class NodeBatch:
         """Row → example map: row i of the model input belongs to example i."""
         return torch.arange(self.size)
 
+    def select(self, index: torch.Tensor) -> NodeBatch:
+        """The nodes at positions ``index`` (1-D long), in that order (micro-batching)."""
+        return NodeBatch(nodes=self.nodes[index])
+
 
 @dataclass(frozen=True)
 class MetricColumn:
@@ -71,6 +77,9 @@ class Task(ABC):
     Params: ClassVar[type[BaseModel]] = NoParams
     model_family: ClassVar[str] = "model"
     metrics: ClassVar[tuple[MetricColumn, ...]] = ()
+
+    #: artifacts released by the run's mechanisms, by mechanism name (set by the session)
+    released: Mapping[str, Any] = MappingProxyType({})
 
     def configure(self, config: Any) -> None:  # noqa: B027 - optional hook, no-op by default
         """Read run-level options the task uses (e.g. the relational loss), before :meth:`setup`."""

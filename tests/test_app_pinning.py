@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from graphveil.cli_fed import app_hash
+from graphveil.connectors.flower.bundle import app_hash
 from graphveil.connectors.flower.guard import BUNDLED, parse_approved
 from graphveil.connectors.flower.loopback import (
     APP,
@@ -92,7 +92,7 @@ def _sha(path: Path) -> str:
 
 
 def _run(loop: LoopbackFederation, app: Path, out: Path, timeout: float = 600) -> dict:
-    from graphveil.cli_fed import start_run, wait_for_run
+    from graphveil.connectors.flower.control import start_run, wait_for_run
 
     overrides = " ".join(f"{k}={toml_value(v)}" for k, v in {**RUN_CONFIG, "output-dir": str(out)}.items())
     saved = dict(os.environ)
@@ -208,7 +208,7 @@ def test_the_control_api_is_not_reachable_on_the_fleet_port(pinning: Pinning) ->
 
 
 def test_server_binds_the_superlink_to_loopback_by_default(tmp_path: Path, capsys) -> None:
-    from graphveil.cli import main
+    from graphveil.apps.cli import main
 
     for name in ("ca.crt", "server.pem", "server.key"):
         (tmp_path / name).write_text("x")

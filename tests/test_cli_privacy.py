@@ -11,7 +11,7 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from graphveil.cli_privacy import add_privacy_parser, main, run_privacy
+from graphveil.apps.cli_privacy import add_privacy_parser, main, run_privacy
 from graphveil.errors import GraphVeilError
 from graphveil.hookspecs import hookimpl
 from graphveil.host import PluginHost
@@ -142,7 +142,7 @@ def test_malformed_numbers_are_usage_errors(host: PluginHost) -> None:
 
 
 def test_framework_module_does_not_import_plugins() -> None:
-    code = ("import sys, graphveil.cli_privacy; "
+    code = ("import sys, graphveil.apps.cli_privacy; "
             "bad = [m for m in sys.modules if m.startswith(('graphveil.plugins', 'graphveil.connectors'))]; "
             "print(bad); sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0

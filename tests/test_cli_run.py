@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from graphveil.cli import main
+from graphveil.apps.cli import main
 
 TINY = {
     "name": "tiny",
@@ -85,10 +85,27 @@ def test_override_error_names_field(tmp_path: Path, capsys) -> None:
 
 
 def test_plugins_lists_components_with_plugin(capsys) -> None:
+    from graphveil.host import FAMILIES
+
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out
     for line in ("freq_clip", "[entity_dp]", "coupled_rdp_freq", "hf_lora", "[edge_dp]"):
         assert line in out
+    headers = [line for line in out.splitlines() if not line.startswith(" ")]
+    assert headers == [f"{family}s:" for family in FAMILIES]
+
+
+def test_run_with_a_sweep_section_calls_run_sweep(tmp_path: Path, capsys, monkeypatch) -> None:
+    import graphveil.runner as runner
+
+    calls = []
+    monkeypatch.setattr(runner, "run_sweep",
+                        lambda config, host=None: calls.append(config) or {"table": "SWEEP", "run_dir": "d"})
+    monkeypatch.setattr(runner, "run_training", lambda *a, **k: pytest.fail("a sweep ran run_training"))
+    sweep = {**TINY, "sweep": {"target_epsilon": [1.0, None], "seeds": [0, 1]}}
+    assert main(["run", str(write_config(tmp_path, sweep)), "--no-progress"]) == 0
+    assert capsys.readouterr().out == "SWEEP\nsweep directory: d\n"
+    assert len(calls) == 1 and calls[0].sweep.seeds == [0, 1]
 
 
 @pytest.mark.slow

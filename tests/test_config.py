@@ -94,9 +94,9 @@ def test_data_column_keys_default_to_the_loader_defaults_and_are_checked(tmp_pat
                                               "data.id_col=node", "data.text_col=abstract", "data.label_col=kind"])
     assert (cfg.data.source_col, cfg.data.target_col, cfg.data.id_col, cfg.data.text_col, cfg.data.label_col) == (
         "id_1", "id_2", "node", "abstract", "kind")
-    from graphveil.config import DataConfig
+    from graphveil.plugins.standard.data_sources import EdgeListOptions
 
-    assert all(DataConfig.model_fields[k].description
+    assert all(EdgeListOptions.model_fields[k].description
                for k in ("source_col", "target_col", "id_col", "text_col", "label_col"))
 
 
@@ -120,4 +120,6 @@ def test_data_column_key_errors_name_the_key(tmp_path: Path, overrides: list[str
 def test_data_column_keys_apply_to_edge_list_only(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"data\.id_col applies only to source 'edge_list' \(source is 'citeseer'\)"):
         load_config(write(tmp_path, GOOD), ["data.id_col=node"])
-    assert load_config(write(tmp_path, GOOD), ["data.id_col=id"]).data.source == "citeseer"  # the default is no change
+    # even edge_list's default value is refused: an option of another source is a mistake
+    with pytest.raises(ConfigError, match=r"data\.id_col applies only to source 'edge_list'"):
+        load_config(write(tmp_path, GOOD), ["data.id_col=id"])

@@ -16,7 +16,7 @@ import torch
 import yaml
 from torch_geometric.data import Data
 
-from graphveil.cli import main
+from graphveil.apps.cli import main
 from graphveil.config import DataConfig, load_config
 from graphveil.data import (
     load_bundled_citeseer,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from graphveil.cli_fed import SiteSettings
+from graphveil.connectors.flower.settings import SiteSettings
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 REPO = DEPLOY.parent

@@ -10,9 +10,16 @@ import pytest
 import yaml
 from test_fed_support import RUN_CONFIG
 
-from graphveil.cli_fed import SiteSettings, add_fed_parsers, bundled_app_dir, write_connection
+from graphveil.connectors.flower.bundle import bundled_app_dir
+from graphveil.connectors.flower.commands import add_fed_parser
+from graphveil.connectors.flower.control import write_connection
 from graphveil.connectors.flower.partition import partition_graph, write_partition
-from graphveil.connectors.flower.settings import FederationSettings, round_seed, site_run_config
+from graphveil.connectors.flower.settings import (
+    FederationSettings,
+    SiteSettings,
+    round_seed,
+    site_run_config,
+)
 from graphveil.data import RelationalGraph, load_edge_list
 from graphveil.errors import ConfigError
 
@@ -238,7 +245,7 @@ def test_connect_writes_a_flwr_connection(tmp_path: Path) -> None:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="graphveil")
-    add_fed_parsers(parser.add_subparsers(dest="command", required=True))
+    add_fed_parser(parser.add_subparsers(dest="command", required=True))
     return parser.parse_args(argv)
 
 

@@ -49,8 +49,11 @@ class Federation:
 
 def _site_session(node_config: Path, seed: int = 0):
     """A session configured exactly as the site builds it (for the independent checks)."""
-    from graphveil.cli_fed import SiteSettings
-    from graphveil.connectors.flower.settings import FederationSettings, site_run_config
+    from graphveil.connectors.flower.settings import (
+        FederationSettings,
+        SiteSettings,
+        site_run_config,
+    )
     from graphveil.session import TrainingSession
 
     fed = FederationSettings.from_run_config(_app_run_config())

@@ -93,6 +93,7 @@ def test_autoload_off_switch_skips_third_party(third_party: Path, monkeypatch: p
     host = PluginHost()
     assert ("clipper", "half_clip") not in {(c.family, c.name) for c in host.components()}
     assert ("clipper", "freq_clip") in {(c.family, c.name) for c in host.components()}
+    assert host.pm.has_plugin("flower")  # the connector ships with GraphVeil: graphveil.connectors.*
 
 
 def test_block_plugin_and_essential_cannot_be_blocked() -> None:

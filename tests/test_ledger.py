@@ -536,7 +536,7 @@ def test_records_round_trip_are_chained_and_cannot_be_replaced(tmp_path: Path) -
 
 
 def test_budget_show_cli(tmp_path: Path, capsys) -> None:
-    from graphveil.cli import main
+    from graphveil.apps.cli import main
 
     path = tmp_path / "l.sqlite"
     with PrivacyLedger(path) as ledger:
@@ -565,7 +565,7 @@ def test_budget_show_cli(tmp_path: Path, capsys) -> None:
 
 
 def test_budget_verify_and_head_cli(tmp_path: Path, capsys) -> None:
-    from graphveil.cli import main
+    from graphveil.apps.cli import main
 
     path, anchor = tmp_path / "l.sqlite", tmp_path / "anchor.json"
     with PrivacyLedger(path, anchor=anchor) as ledger:
@@ -601,7 +601,7 @@ def test_budget_verify_and_head_cli(tmp_path: Path, capsys) -> None:
 
 
 def test_budget_migrate_cli(tmp_path: Path, capsys) -> None:
-    from graphveil.cli import main
+    from graphveil.apps.cli import main
 
     path = tmp_path / "v1.sqlite"
     v1_eps = _v1_ledger(path, [(1.0, 10)])

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from test_fed_support import RUN_CONFIG, SITE_POLICY, FakeEncoder, FakeSession, site_context
 
-from graphveil.cli_fed import BUILTIN_ACCOUNTANTS, SiteSettings
 from graphveil.config import PrivacyConfig
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.settings import (
+    BUILTIN_ACCOUNTANTS,
     FederationSettings,
     PolicyRefusal,
+    SiteSettings,
     check_site_policy,
     site_run_config,
 )
@@ -110,7 +111,7 @@ def test_delta_and_privacy_unit_are_required(tmp_path: Path, key: str) -> None:
 
 
 def test_graphveil_fed_site_exits_2_on_missing_policy_keys(tmp_path: Path, capsys) -> None:
-    from graphveil.cli import main
+    from graphveil.apps.cli import main
 
     values = _site(tmp_path)
     del values["delta"]

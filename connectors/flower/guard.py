@@ -21,7 +21,7 @@ pins the app itself, at the SuperNode boundary, with code installed at the site:
 The approved list is the node config key ``approved-apps`` read from the site's own TOML file
 (not from anything the server sends). Unset, it is ``bundled``: the FAB that ``flwr run`` /
 ``flwr build`` makes from the app folder shipped with this site's GraphVeil installation
-(:func:`graphveil.cli_fed.app_hash`; ``graphveil fed app-hash`` prints it).
+(:func:`graphveil.connectors.flower.bundle.app_hash`; ``graphveil fed app-hash`` prints it).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def parse_approved(spec: str | None) -> frozenset[str]:
         if not token:
             continue
         if token == BUNDLED:
-            from graphveil.cli_fed import app_hash
+            from graphveil.connectors.flower.bundle import app_hash
 
             out.add(app_hash())
         elif HASH_RE.match(token.lower()):

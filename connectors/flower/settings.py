@@ -1,6 +1,6 @@
-"""The federation's run config (``[tool.flwr.app.config]``) and each site's effective run config.
+"""The federation's run config, a site's node config, and each site's effective run config and policy.
 
-The run config has two parts:
+The run config (``[tool.flwr.app.config]``) has two parts:
 
 * federation keys (dashed, Flower style): ``num-server-rounds``, ``local-steps``, ``strategy``,
   ``min-sites``, ... (:class:`FederationSettings`);
@@ -8,7 +8,11 @@ The run config has two parts:
   sampler, clipper, accountant, encoder, training, privacy, evaluation — written as dotted
   keys (``task.encoder.model = "tiny-bert"``), so ``flwr run --run-config`` can override any
   of them. ``data`` is never part of the task: each site names its own graph in its node
-  config (:class:`graphveil.cli_fed.SiteSettings`).
+  config.
+
+A site's node config (``flower-supernode --node-config``, :class:`SiteSettings`) names its
+graph, budget, ledger and privacy policy; ``graphveil fed site`` checks it before Flower starts
+and the ClientApp reads it with the same model.
 
 A site's run config is the task, then the site's optional ``site-config`` YAML on top, then
 its data and δ from the node config (:func:`site_run_config`). Before it reads any data, a site
@@ -19,16 +23,19 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
 import secrets
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from graphveil.cli_fed import SiteSettings
 from graphveil.config import (
+    PositiveFinite,
+    Probability,
     RunConfig,
     config_from_dict,
     format_validation_error,
@@ -104,6 +111,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, source: str) -> N
 
 
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys (``{"a": {"b": 1}}`` → ``{"a.b": 1}``): TOML tables, ``task.*``."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         if isinstance(value, Mapping):
@@ -111,6 +119,173 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+# ------------------------------------------------------------------------------ a site's node config
+
+
+#: The built-in accountants of each privacy unit (a site's default ``accountants``).
+BUILTIN_ACCOUNTANTS: dict[str, tuple[str, ...]] = {
+    "node": ("coupled_rdp", "coupled_rdp_freq", "coupled_rdp_standard"),
+    "edge": ("edge_rdp",),
+}
+#: σ floor of a site that sets no ``min-noise-multiplier``.
+DEFAULT_MIN_NOISE_MULTIPLIER = 0.5
+#: Local steps per round of a site that sets no ``max-steps-per-round``.
+DEFAULT_MAX_STEPS_PER_ROUND = 100
+
+
+class SiteSettings(BaseModel):
+    """What a data owner sets for its SuperNode (``--node-config site.toml``).
+
+    Keys use Flower's dashed style. Of these, only ``site-name``, ``epsilon-budget`` and ``delta``
+    are ever reported to the server (see deploy/RUNBOOK.md, "What leaves the site").
+
+    The site's privacy *policy* is part of it: ``delta``, ``privacy-unit``, ``accountants``,
+    ``min-noise-multiplier``, ``max-steps-per-round`` (and the rule that a task never pins a
+    seed or the noise source). The ClientApp refuses a task that differs before any data is
+    read (:func:`check_site_policy`).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    site_name: str = Field(alias="site-name", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                           description="Name the site reports to the server.")
+    data_source: Literal["edge_list", "citeseer_tape", "pyg", "citeseer"] = Field(
+        "edge_list", alias="data-source", description="Loader for the site's graph (see data.source).")
+    data_path: Path | None = Field(None, alias="data-path",
+                                   description="Edge file (edge_list), folder (citeseer_tape) or .pt file (pyg).")
+    data_entities: Path | None = Field(None, alias="data-entities", description="Entity table (edge_list).")
+    data_source_col: str | None = Field(None, alias="data-source-col", min_length=1, description=(
+        "edge_list: edge-file header column of a relation's first entity id (with data-target-col); "
+        "default: a recognised header pair such as source/target (data.source_col)."))
+    data_target_col: str | None = Field(None, alias="data-target-col", min_length=1, description=(
+        "edge_list: edge-file header column of a relation's second entity id (data.target_col)."))
+    data_id_col: str | None = Field(None, alias="data-id-col", min_length=1, description=(
+        "edge_list: entity-table column (JSONL: key) of the entity id; default 'id' (data.id_col)."))
+    data_text_col: str | None = Field(None, alias="data-text-col", min_length=1, description=(
+        "edge_list: entity-table column (JSONL: key) of the entity text; default 'text' (data.text_col)."))
+    epsilon_budget: PositiveFinite = Field(alias="epsilon-budget",
+                                  description="Total ε this site will ever release, across rounds and runs.")
+    delta: Probability = Field(
+        description="δ of the budget (required; the site's, whatever the task says): keep it well below "
+                    "1/(number of your entities or relations).")
+    privacy_unit: Literal["node", "edge"] = Field(
+        alias="privacy-unit", description="What this site protects: one entity (node) or one relation (edge).")
+    accountants: tuple[str, ...] | None = Field(
+        None, description="Accountants this site accepts (comma-separated names); default: the built-in "
+                          "accountants of its privacy unit.")
+    ledger: Path = Field(description="The site's privacy ledger (SQLite), kept across runs.")
+    ledger_anchor: Path | None = Field(
+        None, alias="ledger-anchor",
+        description="File on ANOTHER volume than the ledger where the ledger's head (row count, hash) is "
+                    "written after every entry; a ledger restored from a backup or replaced is then refused.")
+    site_config: Path | None = Field(None, alias="site-config",
+                                     description="Optional YAML overriding sections of the run's task (e.g. data.split).")
+    min_noise_multiplier: PositiveFinite = Field(
+        DEFAULT_MIN_NOISE_MULTIPLIER, alias="min-noise-multiplier", description="Refuse rounds asking for a smaller σ.")
+    max_steps_per_round: int = Field(
+        DEFAULT_MAX_STEPS_PER_ROUND, ge=1, alias="max-steps-per-round",
+        description="Refuse rounds asking for more local DP steps.")
+    share_utility_metrics: bool = Field(
+        False, alias="share-utility-metrics",
+        description="Report held-out MRR and PREC@1 to the server (NOT privatized; off by default).")
+    share_epsilon: bool = Field(
+        False, alias="share-epsilon",
+        description="Report ε spent (and the ε a refused round would reach) to the server; ε depends on "
+                    "the sampling rate b/|Ē| (NOT privatized; off by default).")
+    seed: int | None = Field(None, description="Reproducible per-round seeds (testing); default: fresh OS randomness.")
+    threads: int | None = Field(None, gt=0, description="torch threads for local training.")
+    approved_apps: str | None = Field(
+        None, alias="approved-apps",
+        description="FAB SHA-256 hashes this site runs (comma/space separated, 'bundled' for the app "
+                    "shipped with this installation, or an absolute path to a file of them); "
+                    "default: bundled. Checked by the site's guard before any app code runs.")
+
+    @field_validator("accountants", mode="before")
+    @classmethod
+    def _names(cls, v: Any) -> Any:
+        # Flower node configs hold scalars only: a list is written as one comma-separated string.
+        if isinstance(v, str):
+            v = [n for n in v.replace(",", " ").split() if n]
+            if not v:
+                raise ValueError("name at least one accountant")
+        return v
+
+    @property
+    def accepted_accountants(self) -> tuple[str, ...]:
+        """``accountants``, or the built-in accountants of the site's privacy unit."""
+        return self.accountants if self.accountants is not None else BUILTIN_ACCOUNTANTS[self.privacy_unit]
+
+    @field_validator("data_path", "data_entities", "ledger", "ledger_anchor", "site_config")
+    @classmethod
+    def _absolute(cls, v: Path | None) -> Path | None:
+        # The ClientApp runs in a working directory of Flower's choosing.
+        if v is not None and not v.is_absolute():
+            raise ValueError("must be an absolute path")
+        return v
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], source: str = "node config") -> SiteSettings:
+        """Validate a (flat) node config; errors name the source, the key and the value."""
+        try:
+            settings = cls.model_validate(dict(values))
+        except ValidationError as exc:
+            known = sorted(f.alias or n for n, f in cls.model_fields.items())
+            raise ConfigError(format_validation_error(source, exc, model=cls, known=known, noun="key")) from exc
+        if settings.data_source != "citeseer" and settings.data_path is None:
+            raise ConfigError(f"{source}: data-path is required for data-source {settings.data_source!r}")
+        if settings.data_source == "edge_list" and settings.data_entities is None:
+            raise ConfigError(f"{source}: data-entities is required for data-source 'edge_list'")
+        columns = {k: v for k, v in settings.data_columns.items() if v is not None}
+        if columns and settings.data_source != "edge_list":
+            key = f"data-{next(iter(columns)).replace('_', '-')}"
+            raise ConfigError(f"{source}: {key} applies only to data-source 'edge_list'")
+        if (settings.data_source_col is None) != (settings.data_target_col is None):
+            raise ConfigError(f"{source}: give both data-source-col and data-target-col, or neither")
+        return settings
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> SiteSettings:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such node config file")
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+        return cls.from_mapping(_flatten(raw), str(path))
+
+    def check_files(self) -> None:
+        """Refuse missing data files or an unwritable ledger folder (before Flower starts)."""
+        for key, value in (("data-path", self.data_path), ("data-entities", self.data_entities),
+                           ("site-config", self.site_config)):
+            if value is not None and not value.exists():
+                raise ConfigError(f"node config: {key}: {value} does not exist")
+        folder = self.ledger.parent
+        if self.ledger.exists() and not self.ledger.is_file():
+            raise ConfigError(f"node config: ledger: {self.ledger} is not a file")
+        if folder.exists() and not os.access(folder, os.W_OK):
+            raise ConfigError(f"node config: ledger: folder {folder} is not writable")
+
+    def data_section(self) -> dict[str, Any]:
+        """The ``data`` fields of a run config for this site's graph."""
+        out: dict[str, Any] = {"source": self.data_source}
+        if self.data_path is not None:
+            out["path"] = str(self.data_path)
+        if self.data_entities is not None:
+            out["entities"] = str(self.data_entities)
+        out.update({k: v for k, v in self.data_columns.items() if v is not None})
+        return out
+
+    @property
+    def data_columns(self) -> dict[str, str | None]:
+        """``data-source-col`` … ``data-text-col`` under their run-config names (``source_col`` …)."""
+        return {"source_col": self.data_source_col, "target_col": self.data_target_col,
+                "id_col": self.data_id_col, "text_col": self.data_text_col}
+
+
+# ------------------------------------------------------------------------------ a site's run config
 
 
 def round_seed(site: SiteSettings, run_id: int, server_round: int) -> int:

@@ -31,12 +31,12 @@ import numpy as np
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from graphveil.cli_fed import SiteSettings
 from graphveil.config import RunConfig
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.settings import (
     FederationSettings,
     PolicyRefusal,
+    SiteSettings,
     check_site_policy,
     round_seed,
     site_run_config,

@@ -1,14 +1,18 @@
-"""Loaders for the graph sources a run config can name (``data.source``), and :func:`load_graph`.
+"""Loaders behind the built-in data sources, and :func:`load_data` (``data.source`` → dataset).
+
+The built-in sources are plugins (``graphveil.plugins.standard.data_sources``) calling these:
 
 =================  =======================================================================
 ``citeseer``       :func:`load_bundled_citeseer`: TAPE's CiteSeer texts shipped in the package
 ``citeseer_tape``  :func:`load_citeseer_tape`: a TAPE ``CiteSeer-Orig`` folder
 ``edge_list``      :func:`load_edge_list`: an edge CSV/TSV plus an entity table CSV/TSV/JSONL
 ``pyg``            :func:`load_pyg`: a ``torch_geometric.data.Data`` (or a ``torch.save`` of one)
+``planetoid``      :func:`graphveil.data.planetoid.load_planetoid`: Cora (bundled) or CiteSeer
 =================  =======================================================================
 
-Every loader returns a validated :class:`RelationalGraph` (see :mod:`graphveil.data.validate`
-for what is refused and what is cleaned).
+The relational loaders return a validated :class:`RelationalGraph` (see
+:mod:`graphveil.data.validate` for what is refused and what is cleaned); ``planetoid`` returns a
+:class:`~graphveil.data.node_graph.NodeGraph`.
 
 CiteSeer STATS (bundled and TAPE folder, identical): 3186 entities with text, 6 classes,
 4732 citation lines → 4225 undirected relations after dropping 335 lines naming one of the
@@ -29,11 +33,13 @@ import re
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
 from graphveil.data.graph import RelationalGraph
+from graphveil.data.node_graph import NodeGraph
+from graphveil.data.sources import DataSource, check_source_options
 from graphveil.data.validate import (
     EdgeRecords,
     EntityRecords,
@@ -48,6 +54,7 @@ from graphveil.errors import DataError
 
 if TYPE_CHECKING:
     from graphveil.config import DataConfig
+    from graphveil.host import PluginHost
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +67,7 @@ CITESEER_SHA256 = {
     CITESEER_CITES: "cd9730630eaaa745058c2cd2cce6b9afb79ca71278a479aebec55f4cf5eb7f30",
 }
 MAX_ENTITIES_DROPPED_EDGES = "max_entities_dropped_edges"
+G = TypeVar("G", RelationalGraph, NodeGraph)
 
 #: Header names recognised when ``source_col``/``target_col`` are not given (case-insensitive).
 EDGE_HEADERS = [
@@ -508,37 +516,51 @@ def load_pyg(data_or_path: Any, texts: list[str] | None = None, *, name: str | N
 # -------------------------------------------------------------------------------------- dispatch
 
 
-def truncate(graph: RelationalGraph, max_entities: int) -> RelationalGraph:
-    """The first ``max_entities`` entities and the relations among them (notes carried over)."""
+def truncate(graph: G, max_entities: int) -> G:
+    """The first ``max_entities`` entities (nodes) and the relations among them (notes carried
+    over, plus the number of relations dropped)."""
     if max_entities >= graph.num_nodes:
         return graph
     sub = graph.subgraph(torch.arange(max_entities), name=f"{graph.name}[:{max_entities}]")
     dropped = graph.num_edges - sub.num_edges
+    if isinstance(graph, NodeGraph):
+        dropped //= 2  # NodeGraph counts both directions of an edge
     sub.notes = {**graph.notes, MAX_ENTITIES_DROPPED_EDGES: dropped}
-    log.info("max_entities=%d: kept %d of %d relations", max_entities, sub.num_edges, graph.num_edges)
+    log.info("max_entities=%d: dropped %d of %d relations", max_entities, dropped,
+             graph.num_edges // 2 if isinstance(graph, NodeGraph) else graph.num_edges)
     return sub
 
 
-def load_graph(data: DataConfig) -> RelationalGraph:
-    """The graph a run config names (``data.source``), cut to ``data.max_entities`` if set."""
-    if data.source == "citeseer":
-        graph = load_bundled_citeseer()
-    elif data.source == "citeseer_tape":
-        graph = load_citeseer_tape(_required(data.path, "path", data.source))
-    elif data.source == "edge_list":
-        graph = load_edge_list(
-            _required(data.path, "path", data.source), _required(data.entities, "entities", data.source),
-            source_col=data.source_col, target_col=data.target_col, id_col=data.id_col,
-            text_col=data.text_col, label_col=data.label_col, option_prefix="data.",
-        )
-    elif data.source == "pyg":
-        graph = load_pyg(_required(data.path, "path", data.source))
-    else:  # pragma: no cover - DataConfig's Literal rules this out
-        raise DataError(f"data.source: unknown source {data.source!r}")
+def create_data_source(data: DataConfig, host: PluginHost | None = None) -> DataSource:
+    """Build the data source ``data.source`` names, its options validated (nothing is read).
+
+    :raises ConfigError: on an unknown source (listing the available ones) or a bad option
+        (naming the ``data.*`` key).
+    """
+    from graphveil.host import default_host  # the host imports this package
+
+    host = host or default_host()
+    params = check_source_options(host, data.source, data.params)
+    return host.get("data_source", data.source).factory(params)
+
+
+def load_data(data: DataConfig, host: PluginHost | None = None) -> RelationalGraph | NodeGraph:
+    """The dataset a run config's ``data`` section names: the source (a plugin, default host:
+    every installed plugin) built with its options and loaded, cut to ``data.max_entities``.
+
+    :raises ConfigError: as :func:`create_data_source`, before anything is read.
+    :raises DataError: from the source, naming the file and the problem.
+    """
+    source = create_data_source(data, host)
+    graph = source.load()
+    if not isinstance(graph, RelationalGraph | NodeGraph):
+        raise DataError(f"data source {data.source!r} returned {type(graph).__name__}, "
+                        f"not a RelationalGraph or NodeGraph")
     return graph if data.max_entities is None else truncate(graph, data.max_entities)
 
 
-def _required(value: Path | None, field: str, source: str) -> Path:
-    if value is None:
-        raise DataError(f"data.{field} is required for source {source!r}")
-    return value
+def load_graph(data: DataConfig, host: PluginHost | None = None) -> RelationalGraph:
+    """:func:`load_data` as a :class:`RelationalGraph` (a :class:`NodeGraph` is converted:
+    features, labels, each edge once) for callers of the relational task."""
+    graph = load_data(data, host)
+    return graph.to_relational() if isinstance(graph, NodeGraph) else graph

@@ -129,6 +129,7 @@ class RdpAccountantBase(Accountant):
         self._last_sigma: float | None = None
         self._cache: dict[float, np.ndarray] = {}
         self._profile: dict[str, Any] | None = None
+        self._events: list[tuple[str, np.ndarray]] = []  # one-shot releases: (name, RDP curve)
 
     # ------------------------------------------------------------------ for subclasses
     @abstractmethod
@@ -160,9 +161,44 @@ class RdpAccountantBase(Accountant):
             self._cache[sigma] = curve
         return curve.copy()
 
-    def total_rdp(self) -> np.ndarray:
-        """Σ over the history of steps·ρ_σ(α)."""
+    def compose_event(self, event: Any, name: str) -> None:
+        """Compose a one-shot release (a ``dp_accounting`` event) with the steps.
+
+        The event's RDP curve is computed by ``dp_accounting.rdp.RdpAccountant`` on this
+        accountant's orders, under the neighbouring relation of its unit (replace-one for
+        replacement adjacency, add-or-remove otherwise), and added to every later ε.
+
+        :raises PrivacyError: if dp-accounting cannot analyse the event under that relation.
+        """
+        import dp_accounting
+
+        from graphveil.units import Adjacency
+
+        rel = dp_accounting.privacy_accountant.NeighboringRelation
+        unit = getattr(self, "unit", None)
+        relation = (rel.REPLACE_ONE if getattr(unit, "adjacency", None) is Adjacency.REPLACEMENT
+                    else rel.ADD_OR_REMOVE_ONE)
+        accountant = dp_accounting.rdp.RdpAccountant(orders=[float(a) for a in self.orders],
+                                                     neighboring_relation=relation)
+        if not accountant.supports(event):
+            raise PrivacyError(f"accountant {self.mechanism!r} cannot analyse release {name!r} "
+                               f"({type(event).__name__}) under {relation.name} adjacency")
+        accountant.compose(event)
+        curve = np.asarray(accountant.rdp, dtype=float)
+        if curve.shape != self.orders.shape or np.isnan(curve).any():
+            raise PrivacyError(f"release {name!r} produced an invalid RDP curve")
+        self._events.append((str(name), curve))
+
+    def events_rdp(self) -> np.ndarray:
+        """Σ of the composed one-shot releases' RDP curves."""
         total = np.zeros_like(self.orders)
+        for _, curve in self._events:
+            total += curve
+        return total
+
+    def total_rdp(self) -> np.ndarray:
+        """Σ over the history of steps·ρ_σ(α), plus the one-shot releases."""
+        total = self.events_rdp()
         for sigma, steps in self._history.items():
             if steps:
                 total += steps * self.rdp_curve(sigma)
@@ -178,7 +214,7 @@ class RdpAccountantBase(Accountant):
 
     def get_epsilon(self, delta: float) -> float:
         delta = validate_delta(delta)
-        if len(self) == 0:
+        if len(self) == 0 and not self._events:
             return 0.0
         return rdp_to_epsilon(self.orders, self.total_rdp(), delta)[0]
 
@@ -193,8 +229,9 @@ class RdpAccountantBase(Accountant):
             "steps": len(self),
             "noise_multiplier": self._last_sigma,
             "history": [[s, n] for s, n in self._history.items()],
+            "releases": [name for name, _ in self._events],
         }
-        if len(self) == 0:
+        if len(self) == 0 and not self._events:
             return {**report, "epsilon": 0.0, "alpha": None, "rdp": [], "rdp_total": []}
         total = self.total_rdp()
         eps, alpha = rdp_to_epsilon(self.orders, total, delta)
@@ -210,7 +247,8 @@ class RdpAccountantBase(Accountant):
     def calibrate(self, *, target_epsilon: float, delta: float, num_steps: int) -> float:
         """Smallest σ (conservative end of a log-bisection) with ε ≤ target after ``num_steps``.
 
-        Does not touch the history. :raises PrivacyError: on ε ≤ 0, a bad δ, fewer than one
+        The one-shot releases composed so far count against the target too (one budget for the
+        whole plan). Does not touch the history. :raises PrivacyError: on ε ≤ 0, a bad δ, fewer than one
         step, or a target no σ in :attr:`SIGMA_RANGE` meets.
         """
         try:
@@ -223,8 +261,10 @@ class RdpAccountantBase(Accountant):
         steps = check_steps(num_steps, minimum=1)
         self._profile_state()
 
+        releases = self.events_rdp()
+
         def epsilon_at(sigma: float) -> float:
-            return rdp_to_epsilon(self.orders, steps * self.rdp_curve(sigma), delta)[0]
+            return rdp_to_epsilon(self.orders, steps * self.rdp_curve(sigma) + releases, delta)[0]
 
         return bisect_sigma(epsilon_at, target, sigma_range=self.SIGMA_RANGE, rtol=self.CALIBRATE_RTOL)
 
@@ -235,6 +275,7 @@ class RdpAccountantBase(Accountant):
             "orders": [float(a) for a in self.orders],
             "history": [[s, n] for s, n in self._history.items()],
             "last_sigma": self._last_sigma,
+            "releases": [[name, [float(v) for v in curve]] for name, curve in self._events],
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -258,7 +299,14 @@ class RdpAccountantBase(Accountant):
             sigma, steps = check_noise_multiplier(entry[0]), check_steps(entry[1])
             history[sigma] = history.get(sigma, 0) + steps
         last = state.get("last_sigma")
+        events = []
+        for entry in state.get("releases", []):
+            curve = np.asarray(entry[1], dtype=float) if isinstance(entry, (list, tuple)) and len(entry) == 2 else None
+            if curve is None or curve.shape != self.orders.shape or np.isnan(curve).any() or (curve < 0).any():
+                raise PrivacyError(f"accountant {self.mechanism!r}: malformed release entry in saved state")
+            events.append((str(entry[0]), curve))
         self._history = history
+        self._events = events
         self._last_sigma = None if last is None else check_noise_multiplier(last)
 
     def __len__(self) -> int:

@@ -43,3 +43,10 @@ def graphveil_tasks():
     from graphveil.plugins.node_dp.task import NodeClassification
 
     return {"node_classification": NodeClassification}
+
+
+@hookimpl
+def graphveil_mechanisms():
+    from graphveil.plugins.node_dp.mechanisms import NoisyFeatures
+
+    return {"noisy_features": NoisyFeatures}

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+import re
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from graphveil.components import Model
 from graphveil.data.node_graph import NodeGraph
@@ -14,23 +17,60 @@ from graphveil.errors import ConfigError
 from graphveil.tasks import MetricColumn, NodeBatch, Task
 from graphveil.units import PrivacyUnit
 
+RAW = "raw"
+RELEASED = "released:"
+_MECHANISM_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class NodeClassificationParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    features: str = Field(RAW, description=(
+        "Node features the model reads: 'raw' (the dataset's x) or 'released:<mechanism>' (the "
+        "matrix that mechanism of the run's `mechanisms` list released, e.g. "
+        "'released:noisy_features'); then training and evaluation never read the raw features."))
+
+    @field_validator("features")
+    @classmethod
+    def _features(cls, v: str) -> str:
+        if v != RAW and not (v.startswith(RELEASED) and _MECHANISM_NAME.match(v.removeprefix(RELEASED))):
+            raise ValueError("must be 'raw' or 'released:<mechanism name>', e.g. 'released:noisy_features'")
+        return v
+
+    @property
+    def release(self) -> str | None:
+        """The mechanism whose release is read, or None for the raw features."""
+        return None if self.features == RAW else self.features.removeprefix(RELEASED)
+
 
 class NodeClassification(Task):
     """Per-node cross-entropy on the training nodes; accuracy on validation and test nodes.
 
-    The model sees a node's own features only (``model(x[nodes])``). Evaluation reports test
-    and validation accuracy and the majority-class accuracy on the test nodes (the baseline
-    a model must beat; computed from training labels, which are private, so it is reported
-    as a reference point for the table only and not released by a site).
+    The model sees a node's own features only (``model(x[nodes])``), where ``x`` is the raw
+    feature matrix or, with ``features: released:<mechanism>``, that mechanism's released
+    ``(n, F')`` matrix: training, evaluation and the model's sizing then read only the release
+    (post-processing of a DP output), never ``dataset.x``. Labels are always the dataset's.
+    Evaluation reports test and validation accuracy and the majority-class accuracy on the test
+    nodes (the baseline a model must beat; computed from training labels, which are private, so
+    it is reported as a reference point for the table only and not released by a site).
     """
 
+    Params = NodeClassificationParams
     model_family: ClassVar[str] = "model"
     metrics: ClassVar[tuple[MetricColumn, ...]] = (
         MetricColumn("test_accuracy", "test acc"), MetricColumn("val_accuracy", "val acc"),
     )
 
-    def __init__(self, params: Any = None) -> None:
-        self.params = params
+    def __init__(self, params: NodeClassificationParams | None = None) -> None:
+        self.params = params if params is not None else NodeClassificationParams()
+
+    def configure(self, config: Any) -> None:
+        """Refuse, before data is read, a ``features`` release that no mechanism of the run makes."""
+        name = self.params.release
+        planned = [m.name for m in getattr(config, "mechanisms", [])]
+        if name is not None and name not in planned:
+            raise ConfigError(f"task.features: {self.params.features!r} reads the release of mechanism "
+                              f"{name!r}, but the run's mechanisms are {planned or 'none'}; add "
+                              f"{{name: {name}, ...}} to `mechanisms`")
 
     def setup(self, data: Any, split: Any) -> None:
         if not isinstance(data, NodeGraph):
@@ -53,7 +93,37 @@ class NodeClassification(Task):
         val, test = self.split_fractions
         return {"split": {"rule": "keyed per node id (HMAC-SHA256 of data.split.seed)",
                           "val_fraction": val, "test_fraction": test},
-                "nodes": int(self.split.train.numel()), "dataset_nodes": self.dataset.num_nodes}
+                "nodes": int(self.split.train.numel()), "dataset_nodes": self.dataset.num_nodes,
+                "features": self.params.features}
+
+    def features(self) -> torch.Tensor:
+        """``(n, F)`` features the model reads: ``dataset.x``, or the named release alone.
+
+        :raises ConfigError: if the release is missing (not run yet) or not an ``(n, F')`` tensor.
+        """
+        name = self.params.release
+        if name is None:
+            return self.dataset.x
+        if name not in self.released:
+            raise ConfigError(f"task.features: mechanism {name!r} has released nothing yet "
+                              f"(released: {sorted(self.released) or 'none'})")
+        x = self.released[name]
+        n = self.dataset.num_nodes
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] != n or not x.is_floating_point():
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ConfigError(f"task.features: mechanism {name!r} released {got}, not an ({n}, F) "
+                              "float feature matrix")
+        return x
+
+    def prepare_model(self, model: Model) -> None:
+        """Size the model on the dataset, with ``x`` replaced by the release when reading one
+        (so a release of another width sizes the input layer, and the raw ``x`` is not read)."""
+        if self.params.release is None:
+            model.prepare(self.dataset)
+            return
+        view = copy.copy(self.dataset)  # shallow: ids, labels and edges shared, no re-validation
+        view.x = self.features()
+        model.prepare(view)
 
     def lift(self, batch: NodeBatch) -> NodeBatch:
         return NodeBatch(self.split.train[batch.nodes])
@@ -64,13 +134,13 @@ class NodeClassification(Task):
     def losses(self, model: Model, batch: NodeBatch) -> torch.Tensor:
         device = self._device(model)
         nodes = batch.nodes.to(device)
-        x, y = self.dataset.x.to(device), self.dataset.y.to(device)
+        x, y = self.features().to(device), self.dataset.y.to(device)
         return F.cross_entropy(model(x[nodes]), y[nodes], reduction="none")
 
     @torch.no_grad()
     def evaluate(self, model: Model) -> dict[str, float]:
         device = self._device(model)
-        x, y = self.dataset.x.to(device), self.dataset.y.to(device)
+        x, y = self.features().to(device), self.dataset.y.to(device)
         model.eval()
         try:
             pred = model(x).argmax(dim=1)

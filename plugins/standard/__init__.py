@@ -22,3 +22,6 @@ def graphveil_tasks():
     from graphveil.plugins.standard.relational import RelationalTask
 
     return {"relational": RelationalTask}
+
+
+from graphveil.plugins.standard.data_sources import graphveil_data_sources  # noqa: E402, F401 - the built-in data sources

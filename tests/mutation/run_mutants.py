@@ -135,6 +135,30 @@ MUTANTS: tuple[Mutant, ...] = (
         tags=("in-flux",),
     ),
     Mutant(
+        "node-replace-sensitivity", "DP-MLP's replace-one sensitivity 2C (accounted as C)",
+        (("plugins/node_dp/accountant.py",
+          "        gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / self.REPLACEMENT_SENSITIVITY)\n",
+          "        gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)  # MUTANT: sensitivity C\n"),),
+    ),
+    Mutant(
+        "node-wor-sampler", "DP-MLP's without-replacement node batches (drawn with replacement)",
+        (("plugins/node_dp/sampler.py",
+          "        return NodeBatch(torch.randperm(self.profile.num_records, generator=generator)[: self.params.batch_size])\n",
+          "        return NodeBatch(torch.randint(0, self.profile.num_records, (self.params.batch_size,), generator=generator))  # MUTANT\n"),),
+    ),
+    Mutant(
+        "units-agree", "the whole-unit comparison of sampler, clipper, accountant and mechanisms",
+        (("framework/invariant.py",
+          "    if len({unit for _, unit in claimed}) > 1:\n",
+          "    if False:  # MUTANT: units never compared\n"),),
+    ),
+    Mutant(
+        "release-accounted", "accounting of one-shot releases (a mechanism's event not composed)",
+        (("framework/session.py",
+          "                self.accountant.compose_event(mechanism.event(), name)\n",
+          "                pass  # MUTANT: release not accounted\n"),),
+    ),
+    Mutant(
         "session-nonprivate", "the private step (a private session wired to nonprivate_step)",
         (("framework/session.py",
           "        step_fn = dp_step if private else nonprivate_step\n",

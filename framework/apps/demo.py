@@ -18,7 +18,7 @@ from typing import Any
 from graphveil.config import RunConfig, config_from_dict, merge_config
 from graphveil.outputs import RunDirectory, dumps, format_table
 from graphveil.records_store import MemoryRecordsStore
-from graphveil.runner import RESULT_COLUMNS, run_training
+from graphveil.runner import result_columns, run_training
 
 TARGET_EPSILON = 10.0
 
@@ -111,7 +111,7 @@ def run_demo(quick: bool = False, output: Path | None = None, progress: bool = T
         result = run_training(cfg, graph=graph, records_store=records)
         rows.append({**result["row"], "name": label})
         print(result["table"].splitlines()[-1], flush=True)
-    table = format_table(rows, RESULT_COLUMNS)
+    table = format_table(rows, result_columns(result["session"]))  # every row runs the same task
     (root / "results.jsonl").write_text("".join(dumps(r) + "\n" for r in rows), encoding="utf-8")
     (root / "table.txt").write_text(table + "\n", encoding="utf-8")
     print(f"\nResults (zero-shot relation prediction on held-out CiteSeer entities, "

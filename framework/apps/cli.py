@@ -1,6 +1,9 @@
-"""``graphveil`` command line: run, demo, plugins, privacy, budget, fed.
+"""``graphveil`` command line: run, demo, plugins, privacy, budget, and the plugins' commands.
 
-Every user error (a :class:`GraphVeilError`) is printed on one line and exits with code 2.
+The core's commands are added here; plugins and connectors add theirs through the
+``graphveil_add_commands`` hook (the Flower connector adds ``fed``), so this module imports no
+connector. Every user error (a :class:`GraphVeilError`) is printed on one line and exits with
+code 2.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from graphveil.errors import GraphVeilError
+from graphveil.errors import GraphVeilError, PluginError
+from graphveil.host import FAMILIES, PluginHost, default_host
 
 EXIT_USAGE = 2
 
@@ -24,38 +28,47 @@ def _offline() -> None:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from graphveil.host import default_host
-
+    """Every family the host knows, each with its components and their plugins; ``(none)`` if empty."""
     host = default_host()
     rows = host.components()
     width = max((len(c.name) for c in rows), default=4)
     pwidth = max((len(c.plugin) for c in rows), default=4) + 2
-    current = None
-    for c in rows:
-        if c.family != current:
-            current = c.family
-            print(f"{c.family}s:")
-        print(f"  {c.name.ljust(width)}  {f'[{c.plugin}]'.ljust(pwidth)}  {c.description}")
+    for family in FAMILIES:
+        print(f"{family}s:")
+        found = host.components(family)
+        if not found:
+            print("  (none)")
+        for c in found:
+            print(f"  {c.name.ljust(width)}  {f'[{c.plugin}]'.ljust(pwidth)}  {c.description}")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """One run, or with a ``sweep`` section one run per (target ε, seed) and a summary table."""
     from graphveil.config import load_config
-    from graphveil.runner import run_training
 
     config = load_config(args.config, args.set)
     if args.output:
         config.output.dir = Path(args.output)
     if args.no_progress:
         config.output.progress = False
-    result = run_training(config)
+    if config.sweep is not None:
+        from graphveil.runner import run_sweep
+
+        sweep = run_sweep(config, host=default_host())
+        print(sweep["table"])
+        print(f"sweep directory: {sweep['run_dir']}")
+        return 0
+    from graphveil.runner import run_training
+
+    result = run_training(config, host=default_host())
     print(result["table"])
     print(f"run directory: {result['run_dir']}")
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from graphveil.demo import run_demo
+    from graphveil.apps.demo import run_demo
 
     run_demo(quick=args.quick, output=Path(args.output) if args.output else None,
              progress=not args.no_progress)
@@ -63,13 +76,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_privacy(args: argparse.Namespace) -> int:
-    from graphveil.cli_privacy import run_privacy
-    from graphveil.host import default_host
+    from graphveil.apps.cli_privacy import run_privacy
 
     return run_privacy(args, default_host())
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(host: PluginHost | None = None) -> argparse.ArgumentParser:
+    """The core's commands, then those of every plugin implementing ``graphveil_add_commands``.
+
+    :param host: the plugin host whose plugins add commands (default: :func:`default_host`).
+    :raises PluginError: if a plugin adds a command whose name is taken, naming the plugins that add commands.
+    """
+    from graphveil.apps.cli_budget import add_budget_parser
+    from graphveil.apps.cli_privacy import add_privacy_parser
+
     parser = argparse.ArgumentParser(prog="graphveil", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -91,21 +111,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="list every registered component with its plugin")
     p.set_defaults(func=cmd_plugins)
 
-    from graphveil.cli_privacy import add_privacy_parser
-
     add_privacy_parser(sub).set_defaults(func=cmd_privacy)
+    add_budget_parser(sub)
+
+    host = host or default_host()
     try:
-        from graphveil.cli_fed import add_fed_parsers
-    except ImportError:  # federation CLI not installed in this build
-        pass
-    else:
-        add_fed_parsers(sub)
+        host.hook.graphveil_add_commands(subparsers=sub)
+    except argparse.ArgumentError as exc:  # argparse refuses a second parser of the same name
+        adders = ", ".join(repr(i.plugin_name) for i in host.hook.graphveil_add_commands.get_hookimpls())
+        raise PluginError(f"graphveil_add_commands of plugin(s) {adders}: {exc}") from exc
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     _offline()
-    parser = build_parser()
+    try:
+        parser = build_parser()  # loads the plugins: a broken one is a one-line error too
+    except GraphVeilError as exc:
+        print(f"graphveil: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,156 @@
+"""The built-in data sources (``data.source``): thin plugins over :mod:`graphveil.data`'s loaders.
+
+Options sit next to ``source`` in the run config's ``data`` section, e.g.
+``data: {source: edge_list, path: e.csv, entities: t.csv, source_col: id_1, target_col: id_2}``
+or ``data: {source: planetoid, name: cora}``. Messages of the validators below name the keys
+as a user writes them (``data.<key>``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from graphveil.components import NoParams
+from graphveil.data.graph import RelationalGraph
+from graphveil.data.node_graph import NodeGraph
+from graphveil.data.sources import DataSource
+from graphveil.hookspecs import hookimpl
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CiteSeerSource(DataSource):
+    """CiteSeer with titles and abstracts, shipped with GraphVeil (3186 papers, 4225 relations, 6 classes)."""
+
+    Params = NoParams
+
+    def load(self) -> RelationalGraph:
+        from graphveil.data.loaders import load_bundled_citeseer
+
+        return load_bundled_citeseer()
+
+
+class FolderOptions(_Options):
+    path: Path = Field(description="A TAPE dataset/CiteSeer-Orig folder (citeseer_texts.txt, citeseer.cites).")
+
+
+class CiteSeerTapeSource(DataSource):
+    """CiteSeer with titles and abstracts from a TAPE CiteSeer-Orig folder (data.path)."""
+
+    Params = FolderOptions
+
+    def load(self) -> RelationalGraph:
+        from graphveil.data.loaders import load_citeseer_tape
+
+        return load_citeseer_tape(self.params.path)
+
+
+class EdgeListOptions(_Options):
+    path: Path = Field(description="Edge file: CSV/TSV, or whitespace-separated with # comments.")
+    entities: Path = Field(description=(
+        "Entity table: CSV/TSV/JSONL with an id and a text column (id_col, text_col)."))
+    source_col: str | None = Field(None, min_length=1, description=(
+        "Header column of the edge file holding the first entity id of each relation "
+        "(set with target_col). Default: the first row is a header if it names a recognised pair "
+        "(source/target, src/dst, from/to, ...), data if it holds known entity ids."))
+    target_col: str | None = Field(None, min_length=1, description=(
+        "Header column of the edge file holding the second entity id (set with source_col)."))
+    id_col: str = Field("id", min_length=1, description="Column (JSONL: key) of the entity table holding the entity id.")
+    text_col: str = Field("text", min_length=1, description="Column (JSONL: key) of the entity table holding the entity text.")
+    label_col: str | None = Field(None, min_length=1, description=(
+        "Column (JSONL: key) of the entity table holding a class label (empty: unlabelled). Default: no labels."))
+
+    @model_validator(mode="after")
+    def _columns(self) -> EdgeListOptions:
+        if (self.source_col is None) != (self.target_col is None):
+            raise ValueError("give both data.source_col and data.target_col, or neither")
+        if self.source_col is not None and self.source_col == self.target_col:
+            raise ValueError(f"data.source_col and data.target_col name the same column {self.source_col!r}")
+        if self.id_col == self.text_col:
+            raise ValueError(f"data.id_col and data.text_col name the same column {self.id_col!r}")
+        return self
+
+
+class EdgeListSource(DataSource):
+    """A text-attributed graph from an edge file and an entity table (data.path, data.entities)."""
+
+    Params = EdgeListOptions
+
+    def load(self) -> RelationalGraph:
+        from graphveil.data.loaders import load_edge_list
+
+        p = self.params
+        return load_edge_list(
+            p.path, p.entities, source_col=p.source_col, target_col=p.target_col, id_col=p.id_col,
+            text_col=p.text_col, label_col=p.label_col, option_prefix="data.",
+        )
+
+
+class PygOptions(_Options):
+    path: Path = Field(description="A torch.save'd torch_geometric Data (loaded with weights_only: no code runs).")
+
+
+class PygSource(DataSource):
+    """A torch.save'd torch_geometric Data as a relational graph (data.path)."""
+
+    Params = PygOptions
+
+    def load(self) -> RelationalGraph:
+        from graphveil.data.loaders import load_pyg
+
+        return load_pyg(self.params.path)
+
+
+class PlanetoidOptions(_Options):
+    name: Literal["cora", "citeseer"] = Field("cora", description="Which Planetoid citation graph.")
+    path: Path | None = Field(None, description=(
+        "Folder holding the 8 Planetoid raw files ind.<name>.* (or PyG's root above <Name>/raw). "
+        "Default: the Cora files shipped with GraphVeil. Nothing is ever downloaded."))
+    preprocess: Literal["dp_gnn", "none"] = Field("dp_gnn", description=(
+        "dp_gnn: paper 4's protocol (classes with < 50 nodes dropped with their nodes, self-loops "
+        "and then isolated nodes removed); none: PyG's graph as read."))
+    check_sha256: bool = Field(True, description=(
+        "Refuse raw files that differ from upstream kimiyoung/planetoid: they are Python pickles, "
+        "which can run code when read. Set false only for files you trust (bundled files are "
+        "always checked)."))
+
+    @model_validator(mode="after")
+    def _bundled(self) -> PlanetoidOptions:
+        from graphveil.data.planetoid import BUNDLED, raw_file_names
+
+        if self.path is None and self.name not in BUNDLED:
+            raise ValueError(f"data.path is required for Planetoid {self.name!r}: only "
+                             f"{', '.join(BUNDLED)} is bundled (the folder must hold "
+                             f"{', '.join(raw_file_names(self.name))})")
+        return self
+
+
+class PlanetoidSource(DataSource):
+    """Planetoid Cora (bundled) or CiteSeer as a node-classification graph, dp-gnn preprocessing by default."""
+
+    Params = PlanetoidOptions
+
+    def load(self) -> NodeGraph:
+        from graphveil.data.planetoid import load_planetoid
+
+        p = self.params
+        return load_planetoid(p.name, p.path, preprocess=p.preprocess, check_sha256=p.check_sha256)
+
+
+SOURCES = {
+    "citeseer": CiteSeerSource,
+    "citeseer_tape": CiteSeerTapeSource,
+    "edge_list": EdgeListSource,
+    "pyg": PygSource,
+    "planetoid": PlanetoidSource,
+}
+
+
+@hookimpl
+def graphveil_data_sources() -> dict[str, type[DataSource]]:
+    return dict(SOURCES)
