@@ -18,7 +18,7 @@ Memory: each mode alone in a fresh subprocess; the kernel's peak resident set (V
 /proc/self/status) during the timed steps only — the peak is reset by writing 5 to
 /proc/self/clear_refs after setup — next to the RSS when the steps started.
 
-    python bench/dp_step_speed.py [--batch 32] [--k-neg 4] [--steps 10] [--json out.json]
+    python bench/dp_step_speed.py [--batch 32] [--k-neg 4] [--steps 10] [--micro-batch 8] [--json out.json]
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def setup(args: argparse.Namespace):
     def ours(fn):
         def step(batch: TupleBatch) -> None:
             fn(encoder, batch, clipper=clipper, noise_multiplier=args.sigma, expected_batch_size=args.batch,
-               optimizer=optimizer, loss=loss, noise=noise)
+               optimizer=optimizer, loss=loss, noise=noise, micro_batch_size=args.micro_batch or None)
 
         return step
 
@@ -201,6 +201,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--clip", type=float, default=0.1)
     parser.add_argument("--sigma", type=float, default=1.0)
+    parser.add_argument("--micro-batch", type=int, default=0,
+                        help="tuples per micro-batch of the dp and nonprivate steps (0: the whole batch)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--mode", choices=(*MODES, "timing"), help=argparse.SUPPRESS)  # worker subprocess
     args = parser.parse_args()

@@ -172,6 +172,27 @@ def test_empty_batch_still_adds_noise_and_steps():
         assert float(p.grad.std()) == pytest.approx(0.1, rel=0.3)  # σC / b̄
 
 
+def test_micro_batched_step_equals_whole_batch_step_on_the_lora_encoder(enc):
+    """Chunks of 2 tuples: same clipped sum as the whole batch (σ = 0), the clipper sees all 5."""
+    batch, clip = make_batch(5, 2, seed=8), StandardClip(0.05)
+    released, metrics = [], []
+    for micro in (None, 2):
+        metrics.append(dp_step(enc, batch, clipper=clip, noise_multiplier=0.0, expected_batch_size=5.0,
+                               optimizer=sgd0(enc), loss=INFONCE, noise=GaussianNoise(), micro_batch_size=micro))
+        released.append(grads(enc))
+    assert 0 < metrics[0].clipped_fraction == metrics[1].clipped_fraction
+    for got, want in zip(released[1], released[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-8)
+
+
+def test_tuple_batch_select_keeps_tuples_whole():
+    batch = make_batch(4, 3, seed=9, masked=1)
+    part = batch.select(torch.tensor([2, 0]))
+    assert part.size == 2 and part.k_neg == 3
+    for name in ("positives", "negatives", "anchors"):
+        assert torch.equal(getattr(part, name), getattr(batch, name)[[2, 0]])
+
+
 def test_clipper_with_bad_factors_is_refused(enc):
     class Broken(StandardClip):
         def factors(self, batch, norms):
@@ -205,6 +226,16 @@ def test_nonprivate_step_is_the_mean_loss_gradient(enc):
     for got, w in zip(grads(enc), want, strict=True):
         torch.testing.assert_close(got, w)
     assert metrics.batch_size == 4 and metrics.clipped_fraction == 0.0
+
+
+def test_nonprivate_step_micro_batched_is_the_same_mean_gradient(enc):
+    batch = make_batch(5, 2, seed=10)
+    out = []
+    for micro in (None, 2):
+        nonprivate_step(enc, batch, optimizer=sgd0(enc), loss=INFONCE, micro_batch_size=micro)
+        out.append(grads(enc))
+    for got, want in zip(out[1], out[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-8)
 
 
 def test_build_optimizer_from_training_config(enc):

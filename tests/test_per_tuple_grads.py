@@ -238,9 +238,12 @@ def test_one_sequence_per_tuple_matches_opacus_per_sample_norms():
 
 
 def test_unsupported_trainable_module_is_named():
-    model = nn.Sequential(nn.Linear(3, 3), nn.LayerNorm(3))
-    with pytest.raises(PluginError, match=r"'1' \(LayerNorm\)"):
+    model = nn.Sequential(nn.Linear(3, 3), nn.PReLU(3))  # PReLU has no grad sampler
+    with pytest.raises(PluginError, match=r"'1' \(PReLU\)") as err:
         PerTupleGrad(model)
+    # the message lists what is supported (from the registry) and the opt-in fallback
+    assert "torch.nn.modules.linear.Linear" in str(err.value)
+    assert "fallback='functorch'" in str(err.value)
 
 
 def test_scale_grad_by_freq_refused():
@@ -290,6 +293,34 @@ def test_groups_must_divide_sequences():
         engine.compute(out.sum())
     with pytest.raises(RuntimeError, match="call compute\\(\\) before accumulate"):
         engine.accumulate(torch.ones(2))  # the failed compute left nothing half-done
+
+
+def test_records_of_two_chunks_add_up_to_the_whole_batch():
+    """pop_records + accumulate(records, add=True): the micro-batching path of dp_step."""
+    torch.manual_seed(0)
+    model = TokenModel(7, 4, 2)
+    ids = torch.randint(0, 7, (6, 3))
+    factors = torch.tensor([0.2, 1.0, 0.5, 0.0, 0.7, 0.9])
+    engine = PerTupleGrad(model)
+    with engine.record(num_groups=6):
+        loss = _tuple_loss(model(ids), 1).sum()
+    whole_norms = engine.compute(loss)
+    engine.accumulate(factors)
+    want = [p.grad.clone() for p in model.parameters() if p.requires_grad]
+    kept, norms = [], []
+    for rows in (slice(0, 4), slice(4, 6)):
+        with engine.record(num_groups=len(range(6)[rows])):
+            loss = _tuple_loss(model(ids[rows]), 1).sum()
+        norms.append(engine.compute(loss))
+        kept.append(engine.pop_records())
+    with pytest.raises(RuntimeError, match="before pop_records"):
+        engine.pop_records()
+    torch.testing.assert_close(torch.cat(norms), whole_norms)
+    engine.accumulate(factors[:4], kept[0])
+    engine.accumulate(factors[4:], kept[1], add=True)
+    got = [p.grad for p in model.parameters() if p.requires_grad]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-7)
 
 
 def test_empty_batch_gives_zero_gradients():

@@ -11,6 +11,19 @@ size (γ·m under Poisson sampling): dividing by the realised size would make th
 value depend on the batch size beyond the analysed sensitivity. An empty batch still releases
 noise and steps. DP-Adam / DP-SGD is the torch optimizer applied to ``g̃`` (post-processing).
 
+Micro-batching (``micro_batch_size=m``) bounds the memory of the forward/backward, not the
+released value: the batch is split with ``batch.select(index)`` (:class:`SelectableBatch`) into
+consecutive chunks of ``m`` examples; each chunk is recorded and differentiated on its own and
+its per-example records are kept (per-example gradients of book-keeping layers, inputs and
+output gradients of ghost layers — the rest of its autograd graph is freed); the clipper then
+sees the WHOLE batch and all norms (FREQ-CLIP's node frequencies are batch statistics), the
+weighted sum is accumulated chunk by chunk, and ONE noise draw is added. With σ = 0 the result
+equals the whole-batch step up to float rounding.
+
+Devices and dtypes: everything follows the model's parameters (norms and factors on their
+device, float32 — float64 for a float64 model —, noise drawn on the CPU source then moved to
+each gradient's device and dtype by :class:`GaussianNoise`).
+
 Entry points for a session: :func:`build_optimizer`, :class:`LossSpec`, :class:`GaussianNoise`
 (re-exported), :func:`dp_step`, :func:`nonprivate_step` (same signature).
 """
@@ -21,7 +34,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -35,6 +48,7 @@ from graphveil.errors import PluginError
 __all__ = [
     "GaussianNoise",
     "LossSpec",
+    "SelectableBatch",
     "StepMetrics",
     "batch_losses",
     "build_optimizer",
@@ -137,6 +151,55 @@ def _engine_for(encoder: Model, params: list[torch.nn.Parameter]) -> PerTupleGra
     return engine
 
 
+@runtime_checkable
+class SelectableBatch(Protocol):
+    """A batch that micro-batching can split: its examples, and the sub-batch of some of them.
+
+    ``select(index)`` returns a batch of the same kind holding examples ``index`` (a 1-D long
+    tensor of positions in ``[0, size)``) in that order; ``groups`` (optional, as on
+    :class:`~graphveil.tasks.NodeBatch`) then describes the sub-batch's rows.
+    """
+
+    @property
+    def size(self) -> int: ...
+
+    def select(self, index: torch.Tensor) -> Any: ...
+
+
+def _record(engine: PerTupleGrad, batch: Any):
+    """Record with the batch's row → example map if it has one, else equal blocks."""
+    groups = getattr(batch, "groups", None)
+    if groups is None:
+        return engine.record(num_groups=batch.size)
+    return engine.record(num_groups=batch.size, groups=groups)
+
+
+def _check_micro_batch_size(micro_batch_size: int | None) -> None:
+    if micro_batch_size is not None and (
+        isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1
+    ):
+        raise ValueError(f"micro_batch_size must be an int >= 1 or None, got {micro_batch_size!r}")
+
+
+def _micro_batches(batch: Any, b: int, micro_batch_size: int | None) -> list[Any]:
+    """The batch itself, or consecutive chunks of ``micro_batch_size`` examples via ``select``."""
+    if micro_batch_size is None or micro_batch_size >= b:
+        return [batch]
+    if not isinstance(batch, SelectableBatch):
+        raise PluginError(
+            f"micro_batch_size={micro_batch_size} needs a batch with select(index); "
+            f"{type(batch).__name__} has none"
+        )
+    parts = []
+    for start in range(0, b, micro_batch_size):
+        part = batch.select(torch.arange(start, min(start + micro_batch_size, b)))
+        if part.size != min(micro_batch_size, b - start):
+            raise PluginError(f"{type(batch).__name__}.select returned {part.size} examples, expected "
+                              f"{min(micro_batch_size, b - start)}")
+        parts.append(part)
+    return parts
+
+
 def dp_step(
     encoder: Model,
     batch: Any,
@@ -147,6 +210,7 @@ def dp_step(
     optimizer: torch.optim.Optimizer,
     loss: Losses,
     noise: GaussianNoise,
+    micro_batch_size: int | None = None,
 ) -> StepMetrics:
     """One DP step: per-tuple norms → ``clipper.factors`` → clipped sum + ``N(0, σ²C²)`` → ÷ b̄ → step.
 
@@ -156,29 +220,44 @@ def dp_step(
     :param expected_batch_size: b̄ > 0, the expected number of tuples per step.
     :param optimizer: built by :func:`build_optimizer` over ``encoder.trainable_parameters()``.
     :param loss: per-example losses ``(b,)`` of a batch: a task's ``losses`` or a tuple :class:`LossSpec`.
-    :raises PluginError: the clipper returned factors of the wrong shape or outside ``[0, 1]``.
+    :param micro_batch_size: if set (≥ 1) and below the batch size, run the forward/backward
+        on chunks of this many examples (the batch must be a :class:`SelectableBatch`); the
+        clipper still sees the whole batch and one noise draw is added (module note).
+    :raises PluginError: the clipper returned factors of the wrong shape or outside ``[0, 1]``;
+        micro-batching was asked for a batch without ``select``.
     """
     if not (noise_multiplier >= 0 and math.isfinite(noise_multiplier)):
         raise ValueError(f"noise_multiplier must be finite and >= 0, got {noise_multiplier}")
     if not expected_batch_size > 0:
         raise ValueError(f"expected_batch_size must be > 0, got {expected_batch_size}")
+    _check_micro_batch_size(micro_batch_size)
     params = list(encoder.trainable_parameters())
     optimizer.zero_grad(set_to_none=True)
     b = batch.size
     engine = _engine_for(encoder, params)
     if b > 0:
-        with engine.record(num_groups=b):
-            losses = _loss_fn(loss)(encoder, batch)
-        norms = engine.compute(losses.sum())
-        factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=torch.float32)
+        loss_fn = _loss_fn(loss)
+        parts, part_norms, part_losses = [], [], []
+        for part in _micro_batches(batch, b, micro_batch_size):
+            with _record(engine, part):
+                losses = loss_fn(encoder, part)
+            part_norms.append(engine.compute(losses.sum()))
+            part_losses.append(losses.detach())
+            parts.append(engine.pop_records())  # kept until the whole batch's factors are known
+        norms = torch.cat(part_norms)
+        factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=norms.dtype, device=norms.device)
         if factors.shape != (b,) or not bool(((factors >= 0) & (factors <= 1)).all()):
             raise PluginError(
                 f"clipper {type(clipper).__name__} must return {b} factors in [0, 1], "
                 f"got shape {tuple(factors.shape)}"
             )
-        engine.accumulate(factors)
+        start = 0
+        for records in parts:
+            stop = start + records.num_examples
+            engine.accumulate(factors[start:stop], records, add=start > 0)
+            start = stop
         metrics = StepMetrics(
-            loss=float(losses.detach().mean()),
+            loss=float(torch.cat(part_losses).mean()),
             batch_size=b,
             clipped_fraction=int((factors < 1).sum()) / b,
             mean_grad_norm=float(norms.mean()),
@@ -208,16 +287,28 @@ def nonprivate_step(
     optimizer: torch.optim.Optimizer,
     loss: Losses,
     noise: GaussianNoise | None = None,
+    micro_batch_size: int | None = None,
 ) -> StepMetrics:
     """Baseline with :func:`dp_step`'s signature: mean loss over the realised batch, backward, step.
 
     ``clipper``, ``noise_multiplier``, ``expected_batch_size`` and ``noise`` are ignored; an
-    empty batch does not step (nothing is learned and nothing needs hiding).
+    empty batch does not step (nothing is learned and nothing needs hiding). With
+    ``micro_batch_size`` the gradient of the mean is accumulated chunk by chunk (``Σ ℓ / b``).
     """
+    _check_micro_batch_size(micro_batch_size)
     optimizer.zero_grad(set_to_none=True)
-    if batch.size == 0:
+    b = batch.size
+    if b == 0:
         return StepMetrics(float("nan"), 0, float("nan"), float("nan"))
-    losses = _loss_fn(loss)(encoder, batch)
-    losses.mean().backward()
+    if micro_batch_size is None or micro_batch_size >= b:
+        losses = _loss_fn(loss)(encoder, batch)
+        losses.mean().backward()
+    else:
+        parts = []
+        for part in _micro_batches(batch, b, micro_batch_size):
+            part_losses = _loss_fn(loss)(encoder, part)
+            (part_losses.sum() / b).backward()
+            parts.append(part_losses.detach())
+        losses = torch.cat(parts)
     optimizer.step()
-    return StepMetrics(float(losses.detach().mean()), batch.size, 0.0, float("nan"))
+    return StepMetrics(float(losses.detach().mean()), b, 0.0, float("nan"))

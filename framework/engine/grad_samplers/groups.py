@@ -1,0 +1,187 @@
+"""Which rows of a recorded activation belong to which example, and per-example sums over them.
+
+Every activation a grad sampler records has rows on dim 0 (a sequence, a node, an entity
+occurrence) and tokens/features after it. Two groupings:
+
+* :class:`Blocks` — example ``i`` owns the consecutive rows ``[i·s, (i+1)·s)`` of every module
+  call, ``s = rows / num`` (tuples of ``2 + k`` sequences, one node per example). Per-example
+  sums are reshapes + batched matrix products, the fastest path.
+* :class:`Segments` — a row → example index ``(rows,)`` with values in ``[0, num)``: examples own
+  different numbers of rows in any order (subgraph batches: PyG's ``batch`` vector). Per-example
+  sums are segment sums (``index_add_``); every module call must have exactly ``rows`` rows.
+
+Samplers see activations in a canonical 3-D form ``(R, L, f)`` from :meth:`rows`: for
+:class:`Blocks` ``R`` is the number of examples and ``L`` an example's tokens; for
+:class:`Segments` ``R`` is the number of rows and ``L`` a row's tokens. Several calls of one
+module are concatenated along ``L``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+#: Elements of one chunk of per-row outer products in :meth:`Segments.outer` (~64 MB float32):
+#: bounds the memory of the segment sum, whatever the number of rows.
+_CHUNK_ELEMENTS = 1 << 24
+
+#: ``gram(a)`` of a sampler's recorded inputs: ``(R, L, ...) → (R, L, L)``, the similarity of
+#: every pair of tokens of one row block (``a·aᵀ`` for a linear layer, index equality for an
+#: embedding), so that ``‖Σₜ gₜ aₜᵀ‖² = Σ_{t,t'} gram(a)_{tt'} (gₜ·gₜ')`` (the ghost norm).
+Gram = Callable[[torch.Tensor], torch.Tensor]
+
+
+class Blocks:
+    """Equal contiguous blocks: example ``i`` owns rows ``[i·s, (i+1)·s)`` of every call.
+
+    :param num: number of examples ``b``.
+    :param rows: if given, every call must have exactly this many rows (set when the grouping
+        came from an index tensor that happened to be equal sorted blocks).
+    """
+
+    def __init__(self, num: int, rows: int | None = None) -> None:
+        self.num, self.n_rows = num, rows
+
+    def rows(self, t: torch.Tensor, name: str) -> torch.Tensor:
+        """``(N, ..., f)`` → ``(b, L, f)``: example i owns rows ``[i·s, (i+1)·s)``, ``s = N / b``."""
+        n, b = t.shape[0], self.num
+        if self.n_rows is not None and n != self.n_rows:
+            raise ValueError(f"{name}: {n} rows on dim 0, but the groups map {self.n_rows} rows")
+        if b == 0 or n % b:
+            raise ValueError(f"{name}: {n} sequences on dim 0 cannot be split into {b} equal tuples")
+        return t.reshape(b, -1, t.shape[-1])
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-example sums ``(b, f)`` of canonical ``(b, L, f)`` contributions."""
+        return x.sum(1)
+
+    def outer(self, g: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """Per-example ``Σₜ gₜ aₜᵀ``: ``(b, p, d)`` (paper 2, Sec. 3.3, book-keeping)."""
+        return torch.bmm(g.transpose(1, 2), a)
+
+    def ghost_sq(self, a: torch.Tensor, g: torch.Tensor, gram: Gram) -> torch.Tensor:
+        """Per-example ``‖Σₜ gₜ aₜᵀ‖²`` (float64, ``(b,)``) without forming ``gₜ aₜᵀ``."""
+        return (gram(a) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2)).double()
+
+    def ghost_cheaper(self, a: torch.Tensor, g: torch.Tensor) -> bool:
+        """Ghost norm (``L²(d+p)`` per example) beats materialising (``L·d·p``)?"""
+        length, d, p = a.shape[1], a.shape[2], g.shape[2]
+        return length * (d + p) < d * p
+
+    def row_factors(self, factors: torch.Tensor) -> torch.Tensor:
+        """Factors broadcastable against canonical ``(b, L, f)`` records."""
+        return factors.view(-1, 1, 1)
+
+
+class Segments:
+    """A row → example index: example ``index[r]`` owns row ``r`` of every call (any sizes, any order).
+
+    :param index: ``(rows,)`` integer tensor with values in ``[0, num)``.
+    :param num: number of examples ``b`` (examples without rows get zero gradients).
+    """
+
+    def __init__(self, index: torch.Tensor, num: int) -> None:
+        self.index, self.num, self.n_rows = index, num, int(index.numel())
+        self._order: dict[torch.device, tuple[torch.Tensor, list[int]]] = {}
+
+    def _index(self, device: torch.device) -> torch.Tensor:
+        return self.index.to(device)
+
+    def rows(self, t: torch.Tensor, name: str) -> torch.Tensor:
+        """``(N, ..., f)`` → ``(N, L, f)`` after checking ``N`` is the number of mapped rows."""
+        if t.shape[0] != self.n_rows:
+            raise ValueError(f"{name}: {t.shape[0]} rows on dim 0, but the groups map {self.n_rows} rows")
+        return t.reshape(self.n_rows, -1, t.shape[-1])
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        """Segment sums ``(b, f)`` of canonical ``(N, L, f)`` contributions."""
+        out = x.new_zeros(self.num, x.shape[-1])
+        return out.index_add_(0, self._index(x.device), x.sum(1))
+
+    def outer(self, g: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """Per-example ``Σₜ gₜ aₜᵀ`` ``(b, p, d)``: per-row products, segment-summed chunk by chunk."""
+        p, d = g.shape[-1], a.shape[-1]
+        out = g.new_zeros(self.num, p, d)
+        index = self._index(g.device)
+        step = max(1, _CHUNK_ELEMENTS // max(1, p * d))
+        for start in range(0, self.n_rows, step):
+            rows = slice(start, start + step)
+            out.index_add_(0, index[rows], torch.bmm(g[rows].transpose(1, 2), a[rows]))
+        return out
+
+    def _sorted(self, device: torch.device) -> tuple[torch.Tensor, list[int]]:
+        """Rows sorted by example (stable) and the number of rows of each example."""
+        if device not in self._order:
+            index = self._index(device)
+            order = torch.argsort(index, stable=True)
+            counts = torch.bincount(index, minlength=self.num).tolist()
+            self._order[device] = (order, counts)
+        return self._order[device]
+
+    def ghost_sq(self, a: torch.Tensor, g: torch.Tensor, gram: Gram) -> torch.Tensor:
+        """Per-example ``‖Σₜ gₜ aₜᵀ‖²`` (float64, ``(b,)``): one Gram matrix per example's tokens.
+
+        Pairs of tokens of different examples never enter, so the cost is ``Σᵢ Lᵢ²(d+p)``.
+        """
+        order, counts = self._sorted(g.device)
+        a, g = a[order], g[order]
+        out = torch.zeros(self.num, dtype=torch.float64, device=g.device)
+        start = 0
+        for i, count in enumerate(counts):
+            if count:
+                ai = a[start : start + count].reshape(1, -1, *a.shape[2:])
+                gi = g[start : start + count].reshape(1, -1, g.shape[-1])
+                out[i] = (gram(ai) * torch.bmm(gi, gi.transpose(1, 2))).sum().double()
+            start += count
+        return out
+
+    def ghost_cheaper(self, a: torch.Tensor, g: torch.Tensor) -> bool:
+        """Ghost (``Σᵢ Lᵢ²(d+p)``) beats materialising (``Σᵢ Lᵢ·d·p``)?"""
+        _, counts = self._sorted(g.device)
+        tokens = a.shape[1]
+        d, p = a.shape[2], g.shape[2]
+        pairs = sum((c * tokens) ** 2 for c in counts)
+        return pairs * (d + p) < self.n_rows * tokens * d * p
+
+    def row_factors(self, factors: torch.Tensor) -> torch.Tensor:
+        """Each row's example factor, broadcastable against canonical ``(N, L, f)`` records."""
+        return factors[self._index(factors.device)].view(-1, 1, 1)
+
+
+Groups = Blocks | Segments
+
+
+def make_groups(num_groups: int | None, groups: torch.Tensor | None) -> Groups:
+    """The grouping of ``record(num_groups=..., groups=...)`` (checked).
+
+    An index that is already equal sorted blocks (e.g. ``arange(b)``: one row per example)
+    becomes :class:`Blocks` with a fixed row count: same meaning, the faster path.
+    """
+    if groups is None:
+        if num_groups is None:
+            raise ValueError("record() needs num_groups (equal blocks) or groups (a row → example index)")
+        if isinstance(num_groups, bool) or int(num_groups) != num_groups or num_groups < 0:
+            raise ValueError(f"num_groups must be an int >= 0, got {num_groups!r}")
+        return Blocks(int(num_groups))
+    integer = isinstance(groups, torch.Tensor) and not (
+        groups.is_floating_point() or groups.is_complex() or groups.dtype == torch.bool
+    )
+    if not integer or groups.dim() != 1:
+        raise ValueError("groups must be a 1-D integer tensor mapping each row on dim 0 to its example")
+    groups = groups.long()
+    n = groups.numel()
+    if num_groups is None:
+        num_groups = int(groups.max()) + 1 if n else 0
+    if isinstance(num_groups, bool) or int(num_groups) != num_groups or num_groups < 0:
+        raise ValueError(f"num_groups must be an int >= 0, got {num_groups!r}")
+    num_groups = int(num_groups)
+    if n and (int(groups.min()) < 0 or int(groups.max()) >= num_groups):
+        raise ValueError(
+            f"groups must take values in [0, {num_groups}), got [{int(groups.min())}, {int(groups.max())}]"
+        )
+    if n and num_groups and n % num_groups == 0:
+        blocks = torch.arange(num_groups, device=groups.device).repeat_interleave(n // num_groups)
+        if torch.equal(groups, blocks):
+            return Blocks(num_groups, rows=n)
+    return Segments(groups, num_groups)
