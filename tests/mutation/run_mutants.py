@@ -58,8 +58,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "clip-factors", "per-tuple clipping (factors forced to 1 in the DP step)",
         (("framework/engine/dp_step.py",
-          "        factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=torch.float32)\n",
-          "        factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=torch.float32)\n"
+          "        factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=norms.dtype, device=norms.device)\n",
+          "        factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=norms.dtype, device=norms.device)\n"
           "        factors = torch.ones_like(factors)  # MUTANT: clipping removed\n"),),
     ),
     Mutant(
