@@ -8,7 +8,8 @@ implementation whose name matches no spec below.
 
 The specs are grouped by phase, like pytest's ``hookspec.py``: the component families are
 called once per plugin at registration; the lifecycle hooks are called while a run goes and
-receive read-only views (:func:`graphveil.host.read_only`). None of them is ``firstresult``;
+receive read-only views (:func:`graphveil.host.read_only`); the application hook adds
+subcommands to the ``graphveil`` command line (the Flower connector adds ``fed``). None of them is ``firstresult``;
 a ``firstresult`` spec added later must say "Stops at first non-None result" in its docstring.
 """
 

@@ -83,7 +83,7 @@ def mean_ci95(values: list[float]) -> tuple[float, float]:
     if not clean:
         return math.nan, math.nan
     mean = statistics.fmean(clean)
-    if len(clean) < 2:
+    if len(clean) < 2 or not math.isfinite(mean):  # one value, or ε = ∞ of non-private runs
         return mean, math.nan
     half = float(stats.t.ppf(0.975, len(clean) - 1)) * statistics.stdev(clean) / math.sqrt(len(clean))
     return mean, half
