@@ -55,12 +55,12 @@ def check_units(parts: Iterable[tuple[str, PrivacyUnit | None]]) -> PrivacyUnit 
 
 
 def check_run(*, private: bool, sampler: tuple[str, Any], clipper: tuple[str, Any],
-              accountant: tuple[str, Any], model: tuple[str, Any] | None = None) -> PrivacyUnit | None:
+              accountant: tuple[str, Any]) -> PrivacyUnit | None:
     """The whole check before data is read: pair, units, a private run really clips.
 
     Each argument is ``(configured name, component)``; the components' class-level
     declarations are read (``sampling_kind``, ``sensitivity_kind``, ``supports``, ``unit``).
-    ``model`` (optional) is checked to declare a per-example structure the engine can clip.
+    The model's structure is checked by :func:`check_structure` once the model is built.
 
     :returns: the run's privacy unit (None for a non-private run without one).
     """
@@ -78,8 +78,6 @@ def check_run(*, private: bool, sampler: tuple[str, Any], clipper: tuple[str, An
         )
     if unit is None:
         raise PrivacyError(f"accountant {a_name!r} claims no privacy unit: it cannot account a private run")
-    if model is not None:
-        check_structure(model[0], model[1])
     return unit
 
 

@@ -25,10 +25,18 @@ from graphveil.units import PrivacyUnit
 
 @runtime_checkable
 class Batch(Protocol):
-    """What every batch offers the engine: its number of clipping units (examples)."""
+    """What every batch offers the engine: its number of clipping units (examples), and the
+    sub-batch of some of them (micro-batching).
+
+    ``select(index)`` returns a batch of the same kind holding examples ``index`` (a 1-D long
+    tensor of positions in ``[0, size)``) in that order; ``groups`` (optional, as on
+    :class:`NodeBatch`) maps the batch's model-input rows to its examples.
+    """
 
     @property
     def size(self) -> int: ...
+
+    def select(self, index: torch.Tensor) -> Any: ...
 
 
 @dataclass

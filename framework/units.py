@@ -15,7 +15,7 @@ site settings store, so existing ledgers keep their binding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
@@ -87,15 +87,6 @@ class PrivacyUnit:
         if self.protects_predictions:
             parts.append("predictions")
         return "/".join(parts)
-
-    @property
-    def level(self) -> str:
-        """The kind alone (``edge``, ``node``, ...) for messages: "node-level"."""
-        return self.kind.value
-
-    def with_(self, **changes: object) -> PrivacyUnit:
-        """A copy with some fields changed (e.g. the degree bound known once params are read)."""
-        return replace(self, **changes)  # type: ignore[arg-type]
 
     def __str__(self) -> str:
         return self.value

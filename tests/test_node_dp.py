@@ -142,3 +142,38 @@ def test_unit_labels_round_trip_and_keep_the_relational_labels() -> None:
         assert PrivacyUnit.parse(unit.value) == unit
     with pytest.raises(ValueError, match="k is set exactly"):
         PrivacyUnit(UnitKind.NODE, k=3)
+
+
+def test_a_whole_graph_model_is_refused_for_private_training_before_data_is_read() -> None:
+    from graphveil.components import ExampleStructure
+    from graphveil.config import config_from_dict
+    from graphveil.hookspecs import hookimpl
+    from graphveil.host import PluginHost
+    from graphveil.invariant import check_structure
+    from graphveil.plugins.node_dp.mlp import MLP
+    from graphveil.session import TrainingSession
+
+    class FullGraphGCN(MLP):
+        """Mixes every node in one forward."""
+
+        structure = ExampleStructure.WHOLE_GRAPH
+
+    class Plugin:
+        @hookimpl
+        def graphveil_models(self):
+            return {"full_gcn": FullGraphGCN}
+
+    host = PluginHost()
+    host.register(Plugin(), "full_gcn_plugin")
+    raw = {
+        "data": {"source": "planetoid", "split": {"kind": "random_node"}},
+        "task": {"name": "node_classification"}, "model": {"name": "full_gcn"},
+        "sampler": {"name": "node_uniform_wor"}, "clipper": {"name": "per_node_clip"},
+        "accountant": {"name": "node_rdp"}, "privacy": {"target_epsilon": 4},
+    }
+    with pytest.raises(PrivacyError, match="'full_gcn' mixes every node"):
+        TrainingSession(config_from_dict(raw), host=host).assemble()
+    TrainingSession(config_from_dict({**raw, "privacy": {"enabled": False}}), host=host).assemble()
+    check_structure("mlp", MLP())  # a rows model passes
+    with pytest.raises(PrivacyError, match="declares no per-example structure"):
+        check_structure("plain", torch.nn.Linear(2, 2))

@@ -12,7 +12,7 @@ value depend on the batch size beyond the analysed sensitivity. An empty batch s
 noise and steps. DP-Adam / DP-SGD is the torch optimizer applied to ``g̃`` (post-processing).
 
 Micro-batching (``micro_batch_size=m``) bounds the memory of the forward/backward, not the
-released value: the batch is split with ``batch.select(index)`` (:class:`SelectableBatch`) into
+released value: the batch is split with ``batch.select(index)`` (:class:`~graphveil.tasks.Batch`) into
 consecutive chunks of ``m`` examples; each chunk is recorded and differentiated on its own and
 its per-example records are kept (per-example gradients of book-keeping layers, inputs and
 output gradients of ghost layers — the rest of its autograd graph is freed); the clipper then
@@ -34,7 +34,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
@@ -44,11 +44,11 @@ from graphveil.engine.losses import LossKind, tuple_losses
 from graphveil.engine.noise import GaussianNoise
 from graphveil.engine.per_tuple import PerTupleGrad
 from graphveil.errors import PluginError
+from graphveil.tasks import Batch
 
 __all__ = [
     "GaussianNoise",
     "LossSpec",
-    "SelectableBatch",
     "StepMetrics",
     "batch_losses",
     "build_optimizer",
@@ -151,21 +151,6 @@ def _engine_for(encoder: Model, params: list[torch.nn.Parameter]) -> PerTupleGra
     return engine
 
 
-@runtime_checkable
-class SelectableBatch(Protocol):
-    """A batch that micro-batching can split: its examples, and the sub-batch of some of them.
-
-    ``select(index)`` returns a batch of the same kind holding examples ``index`` (a 1-D long
-    tensor of positions in ``[0, size)``) in that order; ``groups`` (optional, as on
-    :class:`~graphveil.tasks.NodeBatch`) then describes the sub-batch's rows.
-    """
-
-    @property
-    def size(self) -> int: ...
-
-    def select(self, index: torch.Tensor) -> Any: ...
-
-
 def _record(engine: PerTupleGrad, batch: Any):
     """Record with the batch's row → example map if it has one, else equal blocks."""
     groups = getattr(batch, "groups", None)
@@ -185,7 +170,7 @@ def _micro_batches(batch: Any, b: int, micro_batch_size: int | None) -> list[Any
     """The batch itself, or consecutive chunks of ``micro_batch_size`` examples via ``select``."""
     if micro_batch_size is None or micro_batch_size >= b:
         return [batch]
-    if not isinstance(batch, SelectableBatch):
+    if not isinstance(batch, Batch):
         raise PluginError(
             f"micro_batch_size={micro_batch_size} needs a batch with select(index); "
             f"{type(batch).__name__} has none"
@@ -221,7 +206,7 @@ def dp_step(
     :param optimizer: built by :func:`build_optimizer` over ``encoder.trainable_parameters()``.
     :param loss: per-example losses ``(b,)`` of a batch: a task's ``losses`` or a tuple :class:`LossSpec`.
     :param micro_batch_size: if set (≥ 1) and below the batch size, run the forward/backward
-        on chunks of this many examples (the batch must be a :class:`SelectableBatch`); the
+        on chunks of this many examples (the batch must be a :class:`~graphveil.tasks.Batch`); the
         clipper still sees the whole batch and one noise draw is added (module note).
     :raises PluginError: the clipper returned factors of the wrong shape or outside ``[0, 1]``;
         micro-batching was asked for a batch without ``select``.
