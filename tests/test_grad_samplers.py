@@ -631,11 +631,13 @@ def test_float64_engine_keeps_float64():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_step_matches_cpu_step():
+@pytest.mark.parametrize("clip_kind", ["standard", "freq"])
+def test_cuda_step_matches_cpu_step(clip_kind):
     batch, spec = tuple_batch(5, 2, seed=3), LossSpec("infonce", temperature=0.3)
-    want, _, _ = released(TinyEncoder(), batch, StandardClip(0.2), spec, micro=2)
+    make = (lambda: StandardClip(0.2)) if clip_kind == "standard" else (lambda: freq_clipper(0.2, 2))
+    want, _, _ = released(TinyEncoder(), batch, make(), spec, micro=2)
     cuda_batch = TupleBatch(batch.positives.cuda(), batch.negatives.cuda(), batch.anchors.cuda())
-    got, _, _ = released(TinyEncoder().cuda(), cuda_batch, StandardClip(0.2), spec, micro=2)
+    got, _, _ = released(TinyEncoder().cuda(), cuda_batch, make(), spec, micro=2)
     for g, w in zip(got, want, strict=True):
         assert g.is_cuda
         torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=1e-6)

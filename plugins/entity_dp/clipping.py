@@ -41,18 +41,19 @@ def max_frequencies(batch: TupleBatch) -> torch.Tensor:
     the node set of Tᵢ. The anchors are ends of the positive edge and add no node.
     """
     if batch.size == 0:
-        return torch.zeros(0, dtype=torch.long)
+        return torch.zeros(0, dtype=torch.long, device=batch.positives.device)
     if bool((batch.positives < 0).any()):
         raise ValueError("positive edges must not contain -1 padding")
     # numpy: single-threaded, so it does not stall when OpenMP threads compete for a busy CPU.
-    nodes = np.sort(batch.entities().numpy(), axis=1)
+    # .cpu(): the batch may live on the GPU with the model; the result goes back to its device.
+    nodes = np.sort(batch.entities().cpu().numpy(), axis=1)
     once = np.ones(nodes.shape, dtype=bool)  # first occurrence of a node within its tuple
     once[:, 1:] = nodes[:, 1:] != nodes[:, :-1]
     present = nodes >= 0
     distinct, slot = np.unique(nodes, return_inverse=True)
     slot = slot.reshape(nodes.shape)
     freq = np.bincount(slot[present & once], minlength=distinct.size)
-    return torch.from_numpy(np.where(present, freq[slot], 0).max(axis=1))
+    return torch.from_numpy(np.where(present, freq[slot], 0).max(axis=1)).to(batch.positives.device)
 
 
 def sensitivity_bound(K: int | None, k_neg: int) -> float:
