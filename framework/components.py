@@ -207,8 +207,14 @@ class Accountant(ABC):
         """ε, δ and the evidence (e.g. optimal α and the RDP curve) as JSON-able values."""
 
     @abstractmethod
-    def calibrate(self, *, target_epsilon: float, delta: float, num_steps: int) -> float:
-        """Smallest σ (conservative end of a bisection) reaching ``target_epsilon`` in ``num_steps``."""
+    def calibrate(self, *, target_epsilon: float, delta: float, num_steps: int,
+                  releases: Any = None) -> float:
+        """Smallest σ (conservative end of a bisection) reaching ``target_epsilon`` in ``num_steps``.
+
+        ``releases``: ``None``, or ``σ → [(name, dp_accounting event)]``, the plan's one-shot
+        releases that count against the same target (the session passes it only when the plan
+        has releases; an accountant that cannot compose them raises :class:`PrivacyError`).
+        """
 
     @abstractmethod
     def state_dict(self) -> dict[str, Any]: ...

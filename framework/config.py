@@ -65,10 +65,13 @@ class ComponentConfig(BaseModel):
 
 
 class SplitConfig(_Strict):
-    kind: Literal["transfer", "random_node"] = Field("transfer", description=(
+    kind: Literal["transfer", "random_node", "planetoid_full", "two_graphs"] = Field("transfer", description=(
         "transfer: entities split into a training side and a held-out side, relations inside each "
         "(zero-shot relation prediction); random_node: nodes split into train / val / test by "
-        "val_fraction and test_fraction (node classification, dp-gnn's protocol)."))
+        "val_fraction and test_fraction (node classification, dp-gnn's protocol); planetoid_full: "
+        "the public Planetoid split's 500 validation and 1000 test nodes, every other node trains "
+        "(PyG's Planetoid(split='full'); source planetoid); two_graphs: train on the whole of the "
+        "data graph (graph A), evaluate zero-shot on the whole of eval_data (graph B)."))
     train_fraction: float = Field(0.5, gt=0, lt=1, description="transfer: share of entities on the training side.")
     val_fraction: float = Field(0.1, ge=0, lt=1, description="random_node: share of nodes for validation.")
     test_fraction: float = Field(0.15, gt=0, lt=1, description="random_node: share of nodes for test.")
@@ -76,13 +79,25 @@ class SplitConfig(_Strict):
         "Split key: a node's side depends only on HMAC-SHA256(key, its id) / 2^64 (transfer: training "
         "side iff < train_fraction; random_node: test iff < test_fraction, else val iff < test_fraction "
         "+ val_fraction), so removing one node moves no other (independent of the sampling seed; the "
-        "field keeps its old name)."))
+        "field keeps its old name). two_graphs: the seed of the evaluation's candidate batches only."))
+    eval_data: DataConfig | None = Field(None, description=(
+        "two_graphs: graph B, a data section of its own ({source: ..., <options>, max_entities}, no "
+        "split), read through the same data sources as data. Evaluation data only: the privacy "
+        "guarantee covers graph A, and graph B is read by whoever evaluates."))
 
     @model_validator(mode="after")
     def _fractions(self) -> SplitConfig:
         if self.kind == "random_node" and self.val_fraction + self.test_fraction >= 1:
             raise ValueError(f"data.split.val_fraction + data.split.test_fraction must be < 1 to leave "
                              f"training nodes, got {self.val_fraction} + {self.test_fraction}")
+        if self.kind == "two_graphs" and self.eval_data is None:
+            raise ValueError("data.split.kind two_graphs needs data.split.eval_data: the graph to evaluate "
+                             "on, e.g. {source: edge_list, path: b.csv, entities: b_texts.csv}")
+        if self.kind != "two_graphs" and self.eval_data is not None:
+            raise ValueError(f"data.split.eval_data applies only to data.split.kind two_graphs "
+                             f"(kind is {self.kind!r})")
+        if self.eval_data is not None and self.eval_data.split != SplitConfig():  # a resolved config's default split is fine
+            raise ValueError("data.split.eval_data.split: graph B is evaluated whole; remove its split")
         return self
 
 
@@ -103,7 +118,7 @@ class DataConfig(BaseModel):
     source: str = Field("citeseer", description=(
         "Registered data source (see `graphveil plugins`); built in: citeseer (the CiteSeer text graph "
         "bundled with GraphVeil), citeseer_tape (a TAPE CiteSeer folder), edge_list (edges CSV/TSV + "
-        "entity table), pyg (a saved torch_geometric Data), planetoid (Cora bundled, or CiteSeer). "
+        "entity table), parquet (relation + entity Parquet tables), pyg (a saved torch_geometric Data), planetoid (Cora bundled, or CiteSeer). "
         "Its options go next to it, e.g. data.path."))
     split: SplitConfig = Field(default_factory=SplitConfig)
     max_entities: int | None = Field(None, gt=0, description="Keep only the first N entities (quick runs).")
@@ -220,9 +235,13 @@ class RunConfig(_Strict):
         "What is learned and how it is evaluated (relational: papers 1-2; node_classification)."))
     encoder: ComponentConfig | None = Field(None, description="Entity encoder (relational task).")
     model: ComponentConfig | None = Field(None, description="Model called on the batches (node_classification and other tasks).")
+    method: ComponentConfig = Field(default_factory=lambda: ComponentConfig(name="dp_sgd"), description=(
+        "The staged plan of the run (graphveil.methods): dp_sgd (default) runs the mechanisms "
+        "section, then trains; a method plugin may release, train and post-process in any order."))
     mechanisms: list[ComponentConfig] = Field(default_factory=list, description=(
         "One-shot releases run before training, in order (e.g. a noisy feature release); each is "
-        "accounted by the run's accountant and its output is what the task may read."))
+        "accounted by the run's accountant and its output is what the task may read. A mechanism "
+        "whose noise is left unset takes the run's calibrated noise multiplier (one budget)."))
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     privacy: PrivacyConfig = Field(default_factory=lambda: PrivacyConfig(target_epsilon=10.0))
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)

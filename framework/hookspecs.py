@@ -125,6 +125,17 @@ def graphveil_mechanisms() -> Mapping[str, Any]:
 
 
 @hookspec
+def graphveil_methods() -> Mapping[str, Any]:
+    """Name the method factories this plugin provides (``method`` in a run config).
+
+    Each factory is a subclass of :class:`graphveil.methods.Method`: it returns the run's staged
+    plan (releases, DP-SGD training, post-processing), run against one accountant and budget.
+
+    :returns: mapping of component name → factory, e.g. ``{"dp_sgd": DpSgd}``.
+    """
+
+
+@hookspec
 def graphveil_data_sources() -> Mapping[str, Any]:
     """Name the data-source factories this plugin provides (``data.source`` in a run config).
 

@@ -35,6 +35,7 @@ from graphveil.config import format_validation_error
 from graphveil.data.sources import DataSource
 from graphveil.errors import ConfigError, PluginError
 from graphveil.mechanisms import Mechanism
+from graphveil.methods import Method
 from graphveil.tasks import Task
 
 ENTRY_POINT_GROUP = "graphveil"
@@ -54,6 +55,7 @@ FAMILIES: dict[str, tuple[str, type]] = {
     "model": ("graphveil_models", Model),
     "task": ("graphveil_tasks", Task),
     "mechanism": ("graphveil_mechanisms", Mechanism),
+    "method": ("graphveil_methods", Method),
     "data_source": ("graphveil_data_sources", DataSource),
 }
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

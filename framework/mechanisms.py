@@ -5,18 +5,24 @@ neighbour embeddings, a noisy embedding table, randomized response on adjacency 
 perturbed outputs). It declares, before data is read, the privacy unit its sensitivity is
 stated for; :meth:`Mechanism.release` returns the artifact and :meth:`Mechanism.event` the
 ``dp_accounting`` event the run's accountant composes with the DP-SGD steps.
+
+Noise scale: a mechanism either fixes its own noise (its params) or is :meth:`calibrated`
+— it leaves the noise unset and takes the run's shared noise multiplier σ (std σ · sensitivity),
+which the session calibrates so that the whole plan (releases and steps) meets the target ε.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import dp_accounting
 from pydantic import BaseModel
 
 from graphveil.components import NoParams
 from graphveil.units import PrivacyUnit
+
+if TYPE_CHECKING:  # dp_accounting is imported where events are built: it costs seconds at start-up
+    import dp_accounting
 
 
 class Mechanism(ABC):
@@ -29,6 +35,19 @@ class Mechanism(ABC):
 
     Params: ClassVar[type[BaseModel]] = NoParams
     unit: ClassVar[PrivacyUnit]
+
+    #: the run's shared σ, set by the session before :meth:`release` for a calibrated mechanism
+    noise_multiplier: float | None = None
+
+    def calibrated(self) -> bool:
+        """True if this release takes the run's shared σ (default: it fixes its own noise)."""
+        return False
+
+    def event_at(self, noise_multiplier: float) -> dp_accounting.DpEvent:
+        """The event of a calibrated release at σ (default: the Gaussian, ``GaussianDpEvent(σ)``)."""
+        import dp_accounting
+
+        return dp_accounting.GaussianDpEvent(noise_multiplier)
 
     @abstractmethod
     def sensitivity(self) -> float:

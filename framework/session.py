@@ -3,11 +3,13 @@
 The same session runs locally (``graphveil run``) and inside a federated site: the site calls
 :meth:`TrainingSession.train` for its local steps between rounds.
 
-Order of work (DESIGN.md, "One DP step"): assemble components and check the invariant
-(:meth:`assemble`, no data touched) → load the data, let the task split it, preprocess the
-training side, bind the accountant, calibrate σ (:meth:`prepare`) → steps (:meth:`train`) →
-the task's evaluation on the held-out side (:meth:`evaluate`). What is specific to relational
-tuples or node classification lives in the task (:mod:`graphveil.tasks`).
+Order of work (DESIGN.md, "One DP step"): assemble components, ask the method for its staged
+plan and check the invariant (:meth:`assemble`, no data touched) → load the data, let the task
+split it, preprocess the training side, bind the accountant, calibrate one σ for the whole plan,
+run the stages before training (:meth:`prepare`) → steps (:meth:`train`) → the stages after
+training and the task's evaluation on the held-out side (:meth:`evaluate`). What is specific to
+relational tuples or node classification lives in the task (:mod:`graphveil.tasks`), the order
+of releases and training in the method (:mod:`graphveil.methods`).
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import torch
 from graphveil.components import Accountant, Clipper, Model, Sampler
 from graphveil.config import RunConfig
 from graphveil.data import RelationalGraph
-from graphveil.errors import ConfigError
+from graphveil.errors import ConfigError, PluginError
 from graphveil.host import PluginHost, default_host, read_only
 from graphveil.invariant import check_run, check_structure, check_units
+from graphveil.methods import MODEL_KEY, Plan, PostProcess, Release, Stage
 from graphveil.privacy.delta import DEFAULT_DELTA_RULE, default_delta, delta_too_large
 from graphveil.records_store import RecordsStore, records_key
 from graphveil.tasks import Task
@@ -77,7 +80,9 @@ class TrainingSession:
         self.num_units: int = 0
         self.planned_steps = 0
         self.mechanisms: list[tuple[str, Any]] = []
+        self.plan: Plan = Plan()
         self.released: Any = MappingProxyType({})
+        self._finished = False
         self.steps_done = 0
         self.tuples_used = 0
         self._prepared = False
@@ -104,13 +109,20 @@ class TrainingSession:
         self.encoder = self.host.create(family, cfg.network.name, cfg.network.params, where=family)
         if cfg.privacy.enabled:
             check_structure(cfg.network.name, self.encoder)
-        self.task.configure(cfg)
         self.mechanisms = [
             (m.name, self.host.create("mechanism", m.name, m.params, where=f"mechanisms[{i}]"))
             for i, m in enumerate(cfg.mechanisms)
         ]
+        method = self.host.create("method", cfg.method.name, cfg.method.params, where="method")
+        plan = method.plan(cfg, list(self.mechanisms))
+        if not isinstance(plan, Plan):
+            raise PluginError(f"method {cfg.method.name!r} returned {type(plan).__name__}, not a graphveil.methods.Plan")
+        self.plan = plan
+        self.task.planned_releases = tuple(s.name for s in plan.before_training() if hasattr(s, "name"))
+        self.task.configure(cfg)
         if cfg.privacy.enabled:
-            check_units([("the run", self.unit)] + [(f"mechanism {n!r}", m.unit) for n, m in self.mechanisms])
+            check_units([("the run", self.unit)] + [(f"mechanism {r.name!r}", r.mechanism.unit)
+                                                    for r in plan.releases])
 
     # ------------------------------------------------------------------ prepare (data)
     def prepare(self) -> None:
@@ -135,16 +147,20 @@ class TrainingSession:
             from graphveil.engine.noise import GaussianNoise
 
             self.noise = GaussianNoise(research_seed=cfg.privacy.research_noise_seed)
-        self._release()
-        if cfg.privacy.enabled:
             if cfg.privacy.noise_multiplier is not None:
                 self.noise_multiplier = cfg.privacy.noise_multiplier
             else:
+                # One σ for the whole plan: every step and every release counts against the target.
                 self.noise_multiplier = self.accountant.calibrate(
                     target_epsilon=cfg.privacy.target_epsilon, delta=self.delta,
-                    num_steps=max(self.planned_steps, 1),
+                    num_steps=max(self.planned_steps, 1) if self.plan.trains else 0,
+                    releases=self._planned_events if self.plan.releases else None,
                 )
+        for release in self.plan.releases:
+            if release.mechanism.calibrated():
+                release.mechanism.noise_multiplier = self.noise_multiplier
         log.info("sampling profile %s; sigma=%.4f delta=%.3g", profile, self.noise_multiplier, self.delta)
+        self._run_stages(self.plan.before_training())
         self.task.prepare_model(self.encoder)
         self.optimizer = self._build_optimizer()
         self._prepared = True
@@ -174,24 +190,37 @@ class TrainingSession:
         store.save_records(key, sampler.records)
         return profile
 
-    def _release(self) -> None:
-        """Run the one-shot mechanisms in order; each release is accounted before training.
+    def _planned_events(self, sigma: float) -> list[tuple[str, Any]]:
+        """The plan's releases as accounting events if the shared noise multiplier were σ."""
+        return [(r.name, r.mechanism.event_at(sigma) if r.mechanism.calibrated() else r.mechanism.event())
+                for r in self.plan.releases]
 
-        The task then reads only :attr:`released` artifacts (a mapping by mechanism name).
+    def _run_stages(self, stages: Any) -> None:
+        """Run release and post-processing stages in order; each release is accounted at once.
+
+        Every artifact goes to :attr:`released` (read-only, by stage name), the one store the
+        task and later stages read. A calibrated release is composed as the event the
+        calibration analysed (``event_at(σ)``), a fixed one as its own ``event()``.
         """
         from graphveil.engine.noise import GaussianNoise
 
         noise = self.noise or GaussianNoise()
-        released: dict[str, Any] = {}
-        for name, mechanism in self.mechanisms:
-            if name in released:
-                raise ConfigError(f"mechanism {name!r} is listed twice in mechanisms; its releases would collide")
-            released[name] = mechanism.release(self.task, noise)
-            if self.config.privacy.enabled:
-                self.accountant.compose_event(mechanism.event(), name)
-            log.info("released %s (sensitivity %.4g)", name, mechanism.sensitivity())
-        self.released = MappingProxyType(released)
-        self.task.released = self.released
+        released = dict(self.released)
+        stage: Stage
+        for stage in stages:
+            if isinstance(stage, Release):
+                mechanism = stage.mechanism
+                released[stage.name] = mechanism.release(self.task, noise)
+                if self.config.privacy.enabled:
+                    event = (mechanism.event_at(self.noise_multiplier) if mechanism.calibrated()
+                             else mechanism.event())
+                    self.accountant.compose_event(event, stage.name)
+                log.info("released %s (sensitivity %.4g)", stage.name, mechanism.sensitivity())
+            elif isinstance(stage, PostProcess):
+                released[stage.name] = stage.run(MappingProxyType(dict(released)))
+                log.info("post-processed %s from the released artifacts", stage.name)
+            self.released = MappingProxyType(dict(released))
+            self.task.released = self.released
 
     def _planned_steps(self, profile: Any) -> int:
         """``training.steps``, or ``ceil(epochs · n / b̄)`` with n records and b̄ the expected batch."""
@@ -264,9 +293,11 @@ class TrainingSession:
 
         self.prepare()
         cfg = self.config
-        steps = self.planned_steps if num_steps is None else num_steps
+        steps = (self.planned_steps if self.plan.trains else 0) if num_steps is None else num_steps
         if steps < 0:
             raise ConfigError(f"number of steps must be >= 0, got {steps}")
+        if steps and not self.plan.trains:
+            raise ConfigError(f"method {cfg.method.name!r} has no training stage; {steps} steps were asked for")
         private = cfg.privacy.enabled
         expected_b = self.sampling_profile.rate * self.sampling_profile.num_records
         progress = _progress(steps, cfg.output.progress, desc=cfg.name)
@@ -304,8 +335,13 @@ class TrainingSession:
 
     # ------------------------------------------------------------------ evaluate
     def evaluate(self) -> dict[str, float]:
-        """The task's evaluation on the held-out side (relational: zero-shot PREC@1 / MRR)."""
+        """The stages after training (once), then the task's evaluation on the held-out side
+        (relational: zero-shot PREC@1 / MRR)."""
         self.prepare()
+        if not self._finished and self.plan.after_training():
+            self.released = MappingProxyType({**self.released, MODEL_KEY: self.encoder})
+            self._run_stages(self.plan.after_training())
+        self._finished = True
         return self.task.evaluate(self.encoder)
 
     # ------------------------------------------------------------------ federated helpers
@@ -354,13 +390,14 @@ class TrainingSession:
         """What the guarantee is with respect to, with the exact sizes (run directory only)."""
         cfg, profile = self.config, self.sampling_profile
         unit = getattr(self.sampler, "unit", None)
+        side = ("graph A (data; data.split.eval_data is evaluation data, not covered)"
+                if cfg.data.split.kind == "two_graphs" else "the training side of the keyed entity split")
         if not cfg.privacy.enabled:
             claim = "none (non-private run)"
         elif unit == PrivacyUnit.NODE:
-            claim = (f"node-level DP w.r.t. the degree-capped relation set Ē (K={profile.degree_cap}) "
-                     "of the training side of the keyed entity split")
+            claim = f"node-level DP w.r.t. the degree-capped relation set Ē (K={profile.degree_cap}) of {side}"
         elif unit == PrivacyUnit.EDGE:
-            claim = "edge-level DP w.r.t. the relations of the training side of the keyed entity split"
+            claim = f"edge-level DP w.r.t. the relations of {side}"
         else:
             claim = f"{unit.value} DP w.r.t. the training side of the keyed split"
         return {"claim": claim, **self.task.scope(), "records": profile.num_records,

@@ -30,7 +30,7 @@ class Batch(Protocol):
 
     ``select(index)`` returns a batch of the same kind holding examples ``index`` (a 1-D long
     tensor of positions in ``[0, size)``) in that order; ``groups`` (optional, as on
-    :class:`NodeBatch`) maps the batch's model-input rows to its examples.
+    :class:`NodeBatch` and :class:`SubgraphBatch`) maps the batch's model-input rows to its examples.
     """
 
     @property
@@ -42,6 +42,9 @@ class Batch(Protocol):
 @dataclass
 class NodeBatch:
     """A mini-batch of nodes: each node is one example (one clipping unit).
+
+    Graph-shaped examples (rooted subgraphs, components) use :class:`SubgraphBatch`, re-exported
+    here from :mod:`graphveil.subgraph_batch`.
 
     :param nodes: ``(b,)`` node indices (into the task's training view until lifted).
     """
@@ -66,6 +69,15 @@ class NodeBatch:
         return NodeBatch(nodes=self.nodes[index])
 
 
+def __getattr__(name: str) -> Any:
+    """``SubgraphBatch`` and ``rooted_subgraphs`` on first use: importing torch_geometric is slow."""
+    if name in ("SubgraphBatch", "rooted_subgraphs"):
+        from graphveil import subgraph_batch
+
+        return getattr(subgraph_batch, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 @dataclass(frozen=True)
 class MetricColumn:
     """One column of a result table: key in the evaluation dict, header, format."""
@@ -88,6 +100,8 @@ class Task(ABC):
 
     #: artifacts released by the run's mechanisms, by mechanism name (set by the session)
     released: Mapping[str, Any] = MappingProxyType({})
+    #: names of the artifacts the run's plan releases before training (set before :meth:`configure`)
+    planned_releases: tuple[str, ...] = ()
 
     def configure(self, config: Any) -> None:  # noqa: B027 - optional hook, no-op by default
         """Read run-level options the task uses (e.g. the relational loss), before :meth:`setup`."""

@@ -117,9 +117,9 @@ def test_data_column_key_errors_name_the_key(tmp_path: Path, overrides: list[str
         load_config(write(tmp_path, GOOD), edge_list + overrides)
 
 
-def test_data_column_keys_apply_to_edge_list_only(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"data\.id_col applies only to source 'edge_list' \(source is 'citeseer'\)"):
+def test_data_column_keys_apply_to_table_sources_only(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"data\.id_col applies only to sources 'edge_list', 'parquet' \(source is 'citeseer'\)"):
         load_config(write(tmp_path, GOOD), ["data.id_col=node"])
     # even edge_list's default value is refused: an option of another source is a mistake
-    with pytest.raises(ConfigError, match=r"data\.id_col applies only to source 'edge_list'"):
+    with pytest.raises(ConfigError, match=r"data\.id_col applies only to sources 'edge_list', 'parquet'"):
         load_config(write(tmp_path, GOOD), ["data.id_col=id"])

@@ -151,11 +151,11 @@ class SiteSettings(BaseModel):
 
     site_name: str = Field(alias="site-name", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
                            description="Name the site reports to the server.")
-    data_source: Literal["edge_list", "citeseer_tape", "pyg", "citeseer"] = Field(
+    data_source: Literal["edge_list", "parquet", "citeseer_tape", "pyg", "citeseer"] = Field(
         "edge_list", alias="data-source", description="Loader for the site's graph (see data.source).")
     data_path: Path | None = Field(None, alias="data-path",
-                                   description="Edge file (edge_list), folder (citeseer_tape) or .pt file (pyg).")
-    data_entities: Path | None = Field(None, alias="data-entities", description="Entity table (edge_list).")
+                                   description="Edge file (edge_list), relation table (parquet), folder (citeseer_tape) or .pt file (pyg).")
+    data_entities: Path | None = Field(None, alias="data-entities", description="Entity table (edge_list, parquet).")
     data_source_col: str | None = Field(None, alias="data-source-col", min_length=1, description=(
         "edge_list: edge-file header column of a relation's first entity id (with data-target-col); "
         "default: a recognised header pair such as source/target (data.source_col)."))
@@ -235,12 +235,13 @@ class SiteSettings(BaseModel):
             raise ConfigError(format_validation_error(source, exc, model=cls, known=known, noun="key")) from exc
         if settings.data_source != "citeseer" and settings.data_path is None:
             raise ConfigError(f"{source}: data-path is required for data-source {settings.data_source!r}")
-        if settings.data_source == "edge_list" and settings.data_entities is None:
-            raise ConfigError(f"{source}: data-entities is required for data-source 'edge_list'")
+        tables = ("edge_list", "parquet")  # the sources with an entity table and named columns
+        if settings.data_source in tables and settings.data_entities is None:
+            raise ConfigError(f"{source}: data-entities is required for data-source {settings.data_source!r}")
         columns = {k: v for k, v in settings.data_columns.items() if v is not None}
-        if columns and settings.data_source != "edge_list":
+        if columns and settings.data_source not in tables:
             key = f"data-{next(iter(columns)).replace('_', '-')}"
-            raise ConfigError(f"{source}: {key} applies only to data-source 'edge_list'")
+            raise ConfigError(f"{source}: {key} applies only to data-source 'edge_list' or 'parquet'")
         if (settings.data_source_col is None) != (settings.data_target_col is None):
             raise ConfigError(f"{source}: give both data-source-col and data-target-col, or neither")
         return settings

@@ -12,7 +12,8 @@ from graphveil.data.loaders import (
     load_pyg,
 )
 from graphveil.data.node_graph import NodeGraph
-from graphveil.data.node_split import NodeSplit, random_node_split
+from graphveil.data.node_split import NodeSplit, planetoid_full_split, random_node_split
+from graphveil.data.parquet import load_parquet
 from graphveil.data.planetoid import load_planetoid
 from graphveil.data.split import transfer_split
 
@@ -26,9 +27,11 @@ __all__ = [
     "load_data",
     "load_edge_list",
     "load_graph",
+    "load_parquet",
     "load_planetoid",
     "load_pyg",
     "loaders",
+    "planetoid_full_split",
     "random_node_split",
     "transfer_split",
 ]

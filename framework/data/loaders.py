@@ -6,6 +6,7 @@ The built-in sources are plugins (``graphveil.plugins.standard.data_sources``) c
 ``citeseer``       :func:`load_bundled_citeseer`: TAPE's CiteSeer texts shipped in the package
 ``citeseer_tape``  :func:`load_citeseer_tape`: a TAPE ``CiteSeer-Orig`` folder
 ``edge_list``      :func:`load_edge_list`: an edge CSV/TSV plus an entity table CSV/TSV/JSONL
+``parquet``        :func:`graphveil.data.parquet.load_parquet`: the same from Parquet tables, streamed
 ``pyg``            :func:`load_pyg`: a ``torch_geometric.data.Data`` (or a ``torch.save`` of one)
 ``planetoid``      :func:`graphveil.data.planetoid.load_planetoid`: Cora (bundled) or CiteSeer
 =================  =======================================================================
@@ -531,27 +532,21 @@ def truncate(graph: G, max_entities: int) -> G:
     return sub
 
 
-def create_data_source(data: DataConfig, host: PluginHost | None = None) -> DataSource:
+def create_data_source(data: DataConfig, host: PluginHost | None = None, *, section: str = "data") -> DataSource:
     """Build the data source ``data.source`` names, its options validated (nothing is read).
 
+    :param section: how messages name the config section (``"data.split.eval_data"`` for graph B).
     :raises ConfigError: on an unknown source (listing the available ones) or a bad option
         (naming the ``data.*`` key).
     """
     from graphveil.host import default_host  # the host imports this package
 
     host = host or default_host()
-    params = check_source_options(host, data.source, data.params)
+    params = check_source_options(host, data.source, data.params, section=section)
     return host.get("data_source", data.source).factory(params)
 
 
-def load_data(data: DataConfig, host: PluginHost | None = None) -> RelationalGraph | NodeGraph:
-    """The dataset a run config's ``data`` section names: the source (a plugin, default host:
-    every installed plugin) built with its options and loaded, cut to ``data.max_entities``.
-
-    :raises ConfigError: as :func:`create_data_source`, before anything is read.
-    :raises DataError: from the source, naming the file and the problem.
-    """
-    source = create_data_source(data, host)
+def _load_source(source: DataSource, data: DataConfig) -> RelationalGraph | NodeGraph:
     graph = source.load()
     if not isinstance(graph, RelationalGraph | NodeGraph):
         raise DataError(f"data source {data.source!r} returned {type(graph).__name__}, "
@@ -559,8 +554,33 @@ def load_data(data: DataConfig, host: PluginHost | None = None) -> RelationalGra
     return graph if data.max_entities is None else truncate(graph, data.max_entities)
 
 
+def _relational(graph: RelationalGraph | NodeGraph) -> RelationalGraph:
+    return graph.to_relational() if isinstance(graph, NodeGraph) else graph
+
+
+def load_data(data: DataConfig, host: PluginHost | None = None) -> RelationalGraph | NodeGraph:
+    """The dataset a run config's ``data`` section names: the source (a plugin, default host:
+    every installed plugin) built with its options and loaded, cut to ``data.max_entities``.
+
+    With ``data.split.kind: two_graphs`` the section names two graphs: graph B
+    (``data.split.eval_data``) is read through the same host and the result is their disjoint
+    union, a :class:`~graphveil.data.two_graphs.TwoGraphs` (both options are checked before
+    either graph is read).
+
+    :raises ConfigError: as :func:`create_data_source`, before anything is read.
+    :raises DataError: from the source, naming the file and the problem.
+    """
+    source = create_data_source(data, host)
+    if data.split.kind != "two_graphs":
+        return _load_source(source, data)
+    from graphveil.data.two_graphs import join_graphs
+
+    eval_data = data.split.eval_data
+    eval_source = create_data_source(eval_data, host, section="data.split.eval_data")
+    return join_graphs(_relational(_load_source(source, data)), _relational(_load_source(eval_source, eval_data)))
+
+
 def load_graph(data: DataConfig, host: PluginHost | None = None) -> RelationalGraph:
     """:func:`load_data` as a :class:`RelationalGraph` (a :class:`NodeGraph` is converted:
     features, labels, each edge once) for callers of the relational task."""
-    graph = load_data(data, host)
-    return graph.to_relational() if isinstance(graph, NodeGraph) else graph
+    return _relational(load_data(data, host))

@@ -26,6 +26,18 @@ DUPLICATES = "dropped_duplicate_edges"
 REVERSE_EDGES = "added_reverse_edges"
 
 
+@dataclass(frozen=True)
+class PublicSplit:
+    """A dataset's published train / validation / test nodes, by node id, as its files define
+    them (Planetoid: the first 140 (Cora) or 120 (CiteSeer) nodes train, the next 500 validate,
+    the test index file names the 1000 test nodes). Ids are those of the graph as read: a
+    preprocessed or truncated graph keeps the split of its source, whose nodes it may lack."""
+
+    train: tuple[str, ...]
+    val: tuple[str, ...]
+    test: tuple[str, ...]
+
+
 @dataclass(eq=False)
 class NodeGraph:
     """Nodes ``0..n-1`` with features and labels, and undirected edges stored in both directions.
@@ -44,6 +56,7 @@ class NodeGraph:
     :param node_ids: external id of every node (the random node split is keyed on it).
     :param class_names: class index → name.
     :param notes: counts of what loading or preprocessing removed (for reports).
+    :param public_split: the dataset's published split, if it has one (Planetoid).
     """
 
     name: str
@@ -53,6 +66,7 @@ class NodeGraph:
     node_ids: list[str]
     class_names: list[str]
     notes: dict[str, int] = field(default_factory=dict)
+    public_split: PublicSplit | None = None
 
     def __post_init__(self) -> None:
         src = self.name or "<NodeGraph>"
@@ -92,7 +106,7 @@ class NodeGraph:
     # ------------------------------------------------------------------------------ views
     def subgraph(self, nodes: torch.Tensor, name: str | None = None) -> NodeGraph:
         """The graph induced on ``nodes`` (indices or an ``(n,)`` bool mask), node order kept,
-        re-indexed ``0..k-1``; ids, classes and notes unchanged."""
+        re-indexed ``0..k-1``; ids, classes, notes and the public split (by id) unchanged."""
         nodes = torch.as_tensor(nodes)
         if nodes.dtype == torch.bool:
             nodes = nodes.nonzero().flatten()
@@ -105,7 +119,7 @@ class NodeGraph:
             name=name or f"{self.name}[{nodes.numel()}]",
             x=self.x[nodes], y=self.y[nodes], edge_index=ends[:, inside],
             node_ids=[self.node_ids[i] for i in nodes.tolist()],
-            class_names=list(self.class_names), notes=dict(self.notes),
+            class_names=list(self.class_names), notes=dict(self.notes), public_split=self.public_split,
         )
 
     def to_pyg(self) -> Any:

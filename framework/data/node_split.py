@@ -1,4 +1,4 @@
-"""The random node split: train / validation / test nodes for node classification.
+"""Node splits for node classification: the keyed random split, and Planetoid's public one.
 
 dp-gnn (paper 4's code) splits with PyG's ``RandomNodeSplit(num_val=0.1, num_test=0.15)``, a
 permutation of all nodes. We keep its fractions but key each node's side on its own id, like
@@ -6,6 +6,15 @@ the transfer split (:mod:`graphveil.data.split`): a node's side depends on HMAC-
 node id) only, so removing or replacing one node moves no other node between sides, and the
 training side of a neighbouring graph is the neighbouring training side. Side sizes are then
 Binomial around ``fraction · n`` rather than exact.
+
+``planetoid_full`` (:func:`planetoid_full_split`) is the split published with the Planetoid
+files, as PyG's ``Planetoid(split="full")`` builds it: the public split's 500 validation and
+1000 test nodes, every other node trains (Cora: 1208 training nodes, the 140 public ones
+among them). It is defined by node id, so it maps through dp-gnn's preprocessing (and
+``max_entities``) exactly where those keep the validation and test nodes: a removed node can
+only leave the training side, which is "every other node" either way. If one of the 1500
+validation or test nodes was removed, the published split no longer exists on the loaded
+graph and it is refused (on Cora dp-gnn's preprocessing removes no node).
 """
 
 from __future__ import annotations
@@ -85,5 +94,34 @@ def random_node_split(graph: NodeGraph, val_fraction: float, test_fraction: floa
                 f"{key if isinstance(key, int) else '<bytes>'}); use more nodes or other fractions"
             )
     log.info("random node split of %s: %d train, %d val, %d test nodes",
+             graph.name, train.numel(), val.numel(), test.numel())
+    return NodeSplit(train=train, val=val, test=test)
+
+
+def planetoid_full_split(graph: NodeGraph) -> NodeSplit:
+    """PyG's ``Planetoid(split="full")`` on ``graph``: validation and test nodes of its
+    :attr:`~graphveil.data.node_graph.NodeGraph.public_split`, every other node training.
+
+    :raises ConfigError: if the graph has no public split (not a Planetoid source), or lacks one
+        of its validation or test nodes (removed by preprocessing or ``max_entities``).
+    """
+    public = graph.public_split
+    if public is None:
+        raise ConfigError(f"data.split.kind planetoid_full: {graph.name} carries no public Planetoid "
+                          f"split (use data.source: planetoid, or data.split.kind: random_node)")
+    index = {nid: i for i, nid in enumerate(graph.node_ids)}
+    sides = torch.full((graph.num_nodes,), TRAIN, dtype=torch.long)
+    for side, ids, name in ((VAL, public.val, "validation"), (TEST, public.test, "test")):
+        missing = [nid for nid in ids if nid not in index]
+        if missing:
+            raise ConfigError(
+                f"data.split.kind planetoid_full: {len(missing)} of the {len(ids)} public {name} nodes "
+                f"of {graph.name} are not in the loaded graph (first: node {missing[0]!r}; removed by "
+                f"data.preprocess: dp_gnn or by data.max_entities), so the published split cannot be "
+                f"kept exact; set data.preprocess: none and drop data.max_entities, or use random_node"
+            )
+        sides[[index[nid] for nid in ids]] = side
+    train, val, test = ((sides == s).nonzero().flatten() for s in (TRAIN, VAL, TEST))
+    log.info("planetoid_full split of %s: %d train, %d val, %d test nodes",
              graph.name, train.numel(), val.numel(), test.numel())
     return NodeSplit(train=train, val=val, test=test)

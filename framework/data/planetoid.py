@@ -18,11 +18,12 @@ import lzma
 import os
 import tempfile
 import warnings
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from graphveil.data.node_graph import NodeGraph, node_graph_from_pyg
+from graphveil.data.node_graph import NodeGraph, PublicSplit, node_graph_from_pyg
 from graphveil.data.preprocess import dp_gnn_preprocess
 from graphveil.errors import DataError
 
@@ -126,7 +127,9 @@ def user_raw_files(path: str | os.PathLike[str], name: str, *, check_sha256: boo
 def read_planetoid(files: dict[str, bytes], name: str, source: str) -> NodeGraph:
     """Parse the raw files with :func:`torch_geometric.io.read_planetoid_data` (PyG's graph:
     self-loops removed, duplicates merged; CiteSeer's 15 missing test rows padded with zero
-    features and class 0). Node ids are the Planetoid node indices ``"0".."n-1"``."""
+    features and class 0). Node ids are the Planetoid node indices ``"0".."n-1"``. The public
+    split PyG's reader derives (train: the ``y`` file's nodes; val: the 500 after them; test:
+    the ``test.index`` file's) is kept as :attr:`NodeGraph.public_split`."""
     from torch_geometric.io import read_planetoid_data
 
     with tempfile.TemporaryDirectory(prefix="graphveil-planetoid-") as tmp:
@@ -139,7 +142,11 @@ def read_planetoid(files: dict[str, bytes], name: str, source: str) -> NodeGraph
         except Exception as exc:  # unpickling and parsing errors of any kind: name the data
             raise DataError(f"{source}: cannot parse the Planetoid {name} raw files "
                             f"({type(exc).__name__}: {exc})") from exc
-    return node_graph_from_pyg(pyg, name=name, source=source)
+    graph = node_graph_from_pyg(pyg, name=name, source=source)
+    ids = graph.node_ids
+    train, val, test = (tuple(ids[i] for i in mask.nonzero().flatten().tolist())
+                        for mask in (pyg.train_mask, pyg.val_mask, pyg.test_mask))
+    return replace(graph, public_split=PublicSplit(train, val, test))
 
 
 def load_planetoid(

@@ -40,7 +40,8 @@ class DataSource(ABC):
         naming the file and the problem."""
 
 
-def check_source_options(host: PluginHost, name: str, options: Mapping[str, Any]) -> BaseModel:
+def check_source_options(host: PluginHost, name: str, options: Mapping[str, Any], *,
+                         section: str = "data") -> BaseModel:
     """Validate ``options`` against data source ``name``'s ``Params``.
 
     Messages name the run-config key: ``data.source: unknown data source 'x'; available: ...``,
@@ -48,28 +49,31 @@ def check_source_options(host: PluginHost, name: str, options: Mapping[str, Any]
     'edge_list' (source is 'citeseer')``, ``data.id_col: <problem> (got <value>)``; a
     ``Params`` model validator's own message is kept as it is (it names the keys itself).
 
+    :param section: the config section the keys sit in (``data.split.eval_data`` for graph B
+        of a two-graph split).
     :raises ConfigError: on an unknown source or a bad option.
     """
     infos = host.components("data_source")
     info = next((c for c in infos if c.name == name), None)
     if info is None:
         known = ", ".join(c.name for c in infos) or "none"
-        raise ConfigError(f"data.source: unknown data source {name!r}; available: {known}")
+        raise ConfigError(f"{section}.source: unknown data source {name!r}; available: {known}")
     model = info.params_model
     try:
         return model.model_validate(dict(options))
     except ValidationError as exc:
-        raise ConfigError(_option_error(exc, name, model, infos)) from exc
+        raise ConfigError(_option_error(exc, name, model, infos, section)) from exc
 
 
-def _option_error(exc: ValidationError, name: str, model: type[BaseModel], infos: list[Any]) -> str:
+def _option_error(exc: ValidationError, name: str, model: type[BaseModel], infos: list[Any],
+                  section: str = "data") -> str:
     from graphveil.config import format_validation_error  # config validates through this module
 
     first = exc.errors()[0]
     loc = first["loc"]
     if not loc:  # a model validator: its message names the keys
         return first["msg"].removeprefix("Value error, ")
-    key = f"data.{'.'.join(str(p) for p in loc)}"
+    key = f"{section}.{'.'.join(str(p) for p in loc)}"
     if first["type"] == "missing":
         return f"{key} is required for source {name!r}"
     if first["type"] == "extra_forbidden" and len(loc) == 1:
@@ -79,4 +83,4 @@ def _option_error(exc: ValidationError, name: str, model: type[BaseModel], infos
             return f"{key} applies only to {which} (source is {name!r})"
         known = ", ".join(model.model_fields) or "none"
         return f"{key}: not an option of source {name!r} (its options: {known})"
-    return format_validation_error("data", exc, model=model, sep=".")
+    return format_validation_error(section, exc, model=model, sep=".")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -164,20 +164,47 @@ class RdpAccountantBase(Accountant):
     def compose_event(self, event: Any, name: str) -> None:
         """Compose a one-shot release (a ``dp_accounting`` event) with the steps.
 
-        The event's RDP curve is computed by ``dp_accounting.rdp.RdpAccountant`` on this
-        accountant's orders, under the neighbouring relation of its unit (replace-one for
-        replacement adjacency, add-or-remove otherwise), and added to every later ε.
+        The event's RDP curve (:meth:`event_rdp`) is added to every later ε.
 
-        :raises PrivacyError: if dp-accounting cannot analyse the event under that relation.
+        :raises PrivacyError: if dp-accounting cannot analyse the event under this unit.
+        """
+        self._events.append((str(name), self.event_rdp(event, name)))
+
+    def event_rdp(self, event: Any, name: str) -> np.ndarray:
+        """RDP curve of a ``dp_accounting`` event on this accountant's orders.
+
+        Gaussian, Laplace and other events: ``dp_accounting.rdp.RdpAccountant`` under the
+        neighbouring relation of this accountant's unit (replace-one for replacement adjacency,
+        add-or-remove otherwise). Pure-ε releases compose on the same curve:
+
+        * :class:`graphveil.privacy.events.PureDpEvent` ``(ε)`` (any ε-DP mechanism): ``min(ε, α·ε²/2)`` — an ε-DP
+          mechanism is ε²/2-zCDP (Bun & Steinke 2016, Prop. 3.3) and its Rényi divergence of
+          any order is at most its max divergence ε;
+        * ``RandomizedResponseDpEvent`` (randomized response on adjacency entries): its exact RDP
+          under replace-one, for edge units only — RR randomizes every entry of the public set of
+          node pairs, and adding or removing one edge flips exactly one entry's value.
+
+        :raises PrivacyError: if the event cannot be analysed under this accountant's unit.
         """
         import dp_accounting
 
-        from graphveil.units import Adjacency
+        from graphveil.privacy.events import PureDpEvent
+        from graphveil.units import Adjacency, UnitKind
 
         rel = dp_accounting.privacy_accountant.NeighboringRelation
         unit = getattr(self, "unit", None)
         relation = (rel.REPLACE_ONE if getattr(unit, "adjacency", None) is Adjacency.REPLACEMENT
                     else rel.ADD_OR_REMOVE_ONE)
+        if isinstance(event, PureDpEvent):
+            eps = float(event.epsilon)
+            if not (eps >= 0 and math.isfinite(eps)):
+                raise PrivacyError(f"release {name!r}: a pure ε-DP event needs a finite ε >= 0, got {event.epsilon!r}")
+            return np.minimum(eps, self.orders * eps**2 / 2.0)
+        if isinstance(event, dp_accounting.RandomizedResponseDpEvent):
+            if getattr(unit, "kind", None) not in (UnitKind.EDGE, UnitKind.UNDIRECTED_EDGE):
+                raise PrivacyError(f"release {name!r}: randomized response on adjacency entries protects one "
+                                   f"edge, not a {getattr(unit, 'kind', unit)!s} unit")
+            relation = rel.REPLACE_ONE
         accountant = dp_accounting.rdp.RdpAccountant(orders=[float(a) for a in self.orders],
                                                      neighboring_relation=relation)
         if not accountant.supports(event):
@@ -187,7 +214,7 @@ class RdpAccountantBase(Accountant):
         curve = np.asarray(accountant.rdp, dtype=float)
         if curve.shape != self.orders.shape or np.isnan(curve).any():
             raise PrivacyError(f"release {name!r} produced an invalid RDP curve")
-        self._events.append((str(name), curve))
+        return curve
 
     def events_rdp(self) -> np.ndarray:
         """Σ of the composed one-shot releases' RDP curves."""
@@ -244,12 +271,15 @@ class RdpAccountantBase(Accountant):
             "rdp_total": [[float(a), float(v)] for a, v in zip(self.orders, total, strict=True)],
         }
 
-    def calibrate(self, *, target_epsilon: float, delta: float, num_steps: int) -> float:
+    def calibrate(self, *, target_epsilon: float, delta: float, num_steps: int,
+                  releases: Callable[[float], Sequence[tuple[str, Any]]] | None = None) -> float:
         """Smallest σ (conservative end of a log-bisection) with ε ≤ target after ``num_steps``.
 
-        The one-shot releases composed so far count against the target too (one budget for the
-        whole plan). Does not touch the history. :raises PrivacyError: on ε ≤ 0, a bad δ, fewer than one
-        step, or a target no σ in :attr:`SIGMA_RANGE` meets.
+        One budget for the whole plan: the one-shot releases composed so far count against the
+        target, and so do the plan's releases still to come, ``releases(σ)`` → ``[(name,
+        dp_accounting event)]`` (events of releases that take the shared σ depend on it; fixed
+        ones do not). Does not touch the history. :raises PrivacyError: on ε ≤ 0, a bad δ, fewer
+        than one step with no release, or a target no σ in :attr:`SIGMA_RANGE` meets.
         """
         try:
             target = float(target_epsilon)
@@ -258,13 +288,24 @@ class RdpAccountantBase(Accountant):
         if not (target > 0 and math.isfinite(target)):
             raise PrivacyError(f"target epsilon must be a finite number > 0, got {target_epsilon!r}")
         delta = validate_delta(delta)
-        steps = check_steps(num_steps, minimum=1)
+        steps = check_steps(num_steps, minimum=0 if releases is not None else 1)
         self._profile_state()
 
-        releases = self.events_rdp()
+        composed = self.events_rdp()
+
+        def planned(sigma: float) -> np.ndarray:
+            total = composed.copy()
+            for name, event in (releases(sigma) if releases is not None else ()):
+                total += self.event_rdp(event, name)
+            return total
 
         def epsilon_at(sigma: float) -> float:
-            return rdp_to_epsilon(self.orders, steps * self.rdp_curve(sigma) + releases, delta)[0]
+            curve = planned(sigma) + (steps * self.rdp_curve(sigma) if steps else 0.0)
+            return rdp_to_epsilon(self.orders, curve, delta)[0]
+
+        if steps == 0 and not np.any(planned(self.SIGMA_RANGE[1]) - planned(self.SIGMA_RANGE[0])):
+            raise PrivacyError("nothing in the plan depends on the noise multiplier: no steps and no "
+                               "release calibrated with the run, so there is no σ to calibrate")
 
         return bisect_sigma(epsilon_at, target, sigma_range=self.SIGMA_RANGE, rtol=self.CALIBRATE_RTOL)
 

@@ -6,7 +6,6 @@ import logging
 import math
 from typing import Any, ClassVar
 
-import dp_accounting
 import numpy as np
 
 from graphveil.errors import PrivacyError
@@ -61,6 +60,8 @@ class EdgeRdpAccountant(RdpAccountantBase):
         self._set_profile({"sampling": sampling.kind.value, "sensitivity": sensitivity.kind.value, "gamma": rate})
 
     def per_step_rdp(self, noise_multiplier: float) -> np.ndarray:
+        import dp_accounting  # here, not at import: it costs seconds of CLI start-up
+
         if self._rate is None:
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
         accountant = dp_accounting.rdp.RdpAccountant(orders=[float(a) for a in self.orders])

@@ -5,6 +5,9 @@ replacement, each node's gradient clipped to C, Gaussian noise σC, and the RDP 
 sampled-without-replacement Gaussian under replace-one adjacency (dp-accounting). A node's
 prediction reads only the released weights and its own features, so predictions are covered
 too (GDP, paper 4 Def. 4.2, with the replaced node r ≠ the predicted node v).
+
+Also the ``sage`` model (GraphSAGE on rooted subgraphs, :mod:`graphveil.subgraph_batch`): the
+model a DP-SAGE method will train; no sampler or accountant analyses rooted subgraphs yet.
 """
 
 from graphveil.hookspecs import hookimpl
@@ -34,8 +37,9 @@ def graphveil_accountants():
 @hookimpl
 def graphveil_models():
     from graphveil.plugins.node_dp.mlp import MLP
+    from graphveil.plugins.node_dp.sage import SAGE
 
-    return {"mlp": MLP}
+    return {"mlp": MLP, "sage": SAGE}
 
 
 @hookimpl

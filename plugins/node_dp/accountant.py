@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-import dp_accounting
 import numpy as np
 
 from graphveil.errors import PrivacyError
@@ -18,8 +17,6 @@ from graphveil.profiles import (
     SensitivityKind,
     SensitivityProfile,
 )
-
-NeighborRel = dp_accounting.privacy_accountant.NeighboringRelation
 
 
 class NodeReplaceRdpAccountant(RdpAccountantBase):
@@ -62,10 +59,12 @@ class NodeReplaceRdpAccountant(RdpAccountantBase):
                            "n": n, "batch_size": b})
 
     def per_step_rdp(self, noise_multiplier: float) -> np.ndarray:
+        import dp_accounting  # here, not at import: it costs seconds of CLI start-up
+
         if self._n is None or self._b is None:
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
         accountant = dp_accounting.rdp.RdpAccountant(
-            orders=[float(a) for a in self.orders], neighboring_relation=NeighborRel.REPLACE_ONE)
+            orders=[float(a) for a in self.orders], neighboring_relation=dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_ONE)
         gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / self.REPLACEMENT_SENSITIVITY)
         accountant.compose(dp_accounting.SampledWithoutReplacementDpEvent(self._n, self._b, gaussian))
         return np.asarray(accountant.rdp, dtype=float)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import dp_accounting
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,9 +20,10 @@ from graphveil.units import PrivacyUnit
 
 class NoisyFeaturesParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    noise_std: float = Field(gt=0, allow_inf_nan=False, description=(
+    noise_std: float | None = Field(None, gt=0, allow_inf_nan=False, description=(
         "s: std of the Gaussian noise added to every entry of the row-clipped features "
-        "(noise multiplier s/2 relative to the replace-one sensitivity 2)."))
+        "(noise multiplier s/2 relative to the replace-one sensitivity 2). Unset: calibrated "
+        "with the run, s = 2σ for the run's shared noise multiplier σ."))
 
 
 class NoisyFeatures(Mechanism):
@@ -52,9 +52,19 @@ class NoisyFeatures(Mechanism):
     ROW_NORM: ClassVar[float] = 1.0
 
     def __init__(self, params: NoisyFeaturesParams | None = None) -> None:
-        if params is None:
-            raise ConfigError("mechanism 'noisy_features' needs noise_std (s > 0)")
-        self.params = params
+        self.params = params if params is not None else NoisyFeaturesParams()
+
+    def calibrated(self) -> bool:
+        """Without ``noise_std`` the release takes the run's σ: s = σ · sensitivity."""
+        return self.params.noise_std is None
+
+    def noise_std(self) -> float:
+        """s: the fixed ``noise_std``, or σ · 2 once the session has set the shared σ."""
+        if self.params.noise_std is not None:
+            return self.params.noise_std
+        if self.noise_multiplier is None:
+            raise ConfigError("mechanism 'noisy_features' has no noise_std and was not calibrated with a run")
+        return self.noise_multiplier * self.sensitivity()
 
     def sensitivity(self) -> float:
         """ℓ2 sensitivity of ``clip(X)`` under node replacement: 2 (one row, two unit balls)."""
@@ -71,11 +81,13 @@ class NoisyFeatures(Mechanism):
             raise ConfigError(f"mechanism 'noisy_features' needs an (n, F) node feature matrix; the task's "
                               f"data is {type(task.dataset).__name__}")
         released = clip_rows(x.detach().to(torch.float32), self.ROW_NORM)  # a fresh tensor, never x itself
-        noise.add_([released], self.params.noise_std)
+        noise.add_([released], self.noise_std())
         return released
 
-    def event(self) -> dp_accounting.DpEvent:
-        return dp_accounting.GaussianDpEvent(self.params.noise_std / self.sensitivity())
+    def event(self) -> Any:
+        import dp_accounting
+
+        return dp_accounting.GaussianDpEvent(self.noise_std() / self.sensitivity())
 
 
 def clip_rows(x: torch.Tensor, max_norm: float) -> torch.Tensor:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from graphveil.components import Model
 from graphveil.data.node_graph import NodeGraph
-from graphveil.data.node_split import random_node_split
+from graphveil.data.node_split import planetoid_full_split, random_node_split
 from graphveil.errors import ConfigError
 from graphveil.tasks import MetricColumn, NodeBatch, Task
 from graphveil.units import PrivacyUnit
@@ -64,23 +64,30 @@ class NodeClassification(Task):
         self.params = params if params is not None else NodeClassificationParams()
 
     def configure(self, config: Any) -> None:
-        """Refuse, before data is read, a ``features`` release that no mechanism of the run makes."""
+        """Refuse, before data is read, a ``features`` artifact the run's plan does not release before training."""
         name = self.params.release
-        planned = [m.name for m in getattr(config, "mechanisms", [])]
+        planned = list(self.planned_releases)
         if name is not None and name not in planned:
             raise ConfigError(f"task.features: {self.params.features!r} reads the release of mechanism "
-                              f"{name!r}, but the run's mechanisms are {planned or 'none'}; add "
+                              f"{name!r}, but the run releases {planned or 'nothing'} before training; add "
                               f"{{name: {name}, ...}} to `mechanisms`")
 
     def setup(self, data: Any, split: Any) -> None:
         if not isinstance(data, NodeGraph):
             raise ConfigError(f"task 'node_classification' needs node features and labels; the data "
                               f"source gave {type(data).__name__} (use e.g. data.source: planetoid)")
-        if split.kind != "random_node":
-            raise ConfigError(f"task 'node_classification' uses data.split.kind: random_node, got {split.kind!r}")
+        if split.kind not in ("random_node", "planetoid_full"):
+            raise ConfigError(f"task 'node_classification' uses data.split.kind: random_node or "
+                              f"planetoid_full, got {split.kind!r}")
         self._dataset = data
+        if split.kind == "planetoid_full":  # the published split, by node id
+            self.split = planetoid_full_split(data)
+            self._split_scope = {"rule": "planetoid_full: the public Planetoid split's validation and "
+                                         "test nodes, every other node trains (by node id)"}
+            return
         self.split = random_node_split(data, split.val_fraction, split.test_fraction, split.seed)
-        self.split_fractions = (split.val_fraction, split.test_fraction)
+        self._split_scope = {"rule": "keyed per node id (HMAC-SHA256 of data.split.seed)",
+                             "val_fraction": split.val_fraction, "test_fraction": split.test_fraction}
 
     @property
     def train_view(self) -> torch.Tensor:
@@ -90,9 +97,7 @@ class NodeClassification(Task):
         return int(self.split.train.numel())
 
     def scope(self) -> dict[str, Any]:
-        val, test = self.split_fractions
-        return {"split": {"rule": "keyed per node id (HMAC-SHA256 of data.split.seed)",
-                          "val_fraction": val, "test_fraction": test},
+        return {"split": dict(self._split_scope),
                 "nodes": int(self.split.train.numel()), "dataset_nodes": self.dataset.num_nodes,
                 "features": self.params.features}
 

@@ -18,6 +18,13 @@ def graphveil_accountants():
 
 
 @hookimpl
+def graphveil_methods():
+    from graphveil.plugins.standard.methods import DpSgd
+
+    return {"dp_sgd": DpSgd}
+
+
+@hookimpl
 def graphveil_tasks():
     from graphveil.plugins.standard.relational import RelationalTask
 

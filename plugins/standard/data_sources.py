@@ -1,8 +1,9 @@
 """The built-in data sources (``data.source``): thin plugins over :mod:`graphveil.data`'s loaders.
 
 Options sit next to ``source`` in the run config's ``data`` section, e.g.
-``data: {source: edge_list, path: e.csv, entities: t.csv, source_col: id_1, target_col: id_2}``
-or ``data: {source: planetoid, name: cora}``. Messages of the validators below name the keys
+``data: {source: edge_list, path: e.csv, entities: t.csv, source_col: id_1, target_col: id_2}``,
+``data: {source: parquet, path: relations.parquet, entities: entities.parquet}`` or
+``data: {source: planetoid, name: cora}``. Messages of the validators below name the keys
 as a user writes them (``data.<key>``).
 """
 
@@ -50,7 +51,32 @@ class CiteSeerTapeSource(DataSource):
         return load_citeseer_tape(self.params.path)
 
 
-class EdgeListOptions(_Options):
+class _TableOptions(_Options):
+    """Options shared by the sources reading a relation table and an entity table."""
+
+    path: Path = Field(description="Relation table: one relation per row, two entity-id columns.")
+    entities: Path = Field(description="Entity table with an id and a text column (id_col, text_col).")
+    source_col: str | None = Field(None, min_length=1, description=(
+        "Column of the relation table holding the first entity id of each relation (set with target_col)."))
+    target_col: str | None = Field(None, min_length=1, description=(
+        "Column of the relation table holding the second entity id (set with source_col)."))
+    id_col: str = Field("id", min_length=1, description="Column (JSONL: key) of the entity table holding the entity id.")
+    text_col: str = Field("text", min_length=1, description="Column (JSONL: key) of the entity table holding the entity text.")
+    label_col: str | None = Field(None, min_length=1, description=(
+        "Column (JSONL: key) of the entity table holding a class label (empty: unlabelled). Default: no labels."))
+
+    @model_validator(mode="after")
+    def _columns(self) -> _TableOptions:
+        if (self.source_col is None) != (self.target_col is None):
+            raise ValueError("give both data.source_col and data.target_col, or neither")
+        if self.source_col is not None and self.source_col == self.target_col:
+            raise ValueError(f"data.source_col and data.target_col name the same column {self.source_col!r}")
+        if self.id_col == self.text_col:
+            raise ValueError(f"data.id_col and data.text_col name the same column {self.id_col!r}")
+        return self
+
+
+class EdgeListOptions(_TableOptions):
     path: Path = Field(description="Edge file: CSV/TSV, or whitespace-separated with # comments.")
     entities: Path = Field(description=(
         "Entity table: CSV/TSV/JSONL with an id and a text column (id_col, text_col)."))
@@ -60,20 +86,6 @@ class EdgeListOptions(_Options):
         "(source/target, src/dst, from/to, ...), data if it holds known entity ids."))
     target_col: str | None = Field(None, min_length=1, description=(
         "Header column of the edge file holding the second entity id (set with source_col)."))
-    id_col: str = Field("id", min_length=1, description="Column (JSONL: key) of the entity table holding the entity id.")
-    text_col: str = Field("text", min_length=1, description="Column (JSONL: key) of the entity table holding the entity text.")
-    label_col: str | None = Field(None, min_length=1, description=(
-        "Column (JSONL: key) of the entity table holding a class label (empty: unlabelled). Default: no labels."))
-
-    @model_validator(mode="after")
-    def _columns(self) -> EdgeListOptions:
-        if (self.source_col is None) != (self.target_col is None):
-            raise ValueError("give both data.source_col and data.target_col, or neither")
-        if self.source_col is not None and self.source_col == self.target_col:
-            raise ValueError(f"data.source_col and data.target_col name the same column {self.source_col!r}")
-        if self.id_col == self.text_col:
-            raise ValueError(f"data.id_col and data.text_col name the same column {self.id_col!r}")
-        return self
 
 
 class EdgeListSource(DataSource):
@@ -86,6 +98,36 @@ class EdgeListSource(DataSource):
 
         p = self.params
         return load_edge_list(
+            p.path, p.entities, source_col=p.source_col, target_col=p.target_col, id_col=p.id_col,
+            text_col=p.text_col, label_col=p.label_col, option_prefix="data.",
+        )
+
+
+class ParquetOptions(_TableOptions):
+    path: Path = Field(description=(
+        "Relation table (.parquet): one relation per row; read by row group, only the two id columns."))
+    entities: Path = Field(description=(
+        "Entity table (.parquet) with an id column (strings or integers) and a text column (strings)."))
+    source_col: str | None = Field(None, min_length=1, description=(
+        "Column of the relation table holding the first entity id of each relation (set with "
+        "target_col). Default: the recognised pair of column names edge_list's header detection "
+        "uses (source/target, src/dst, from/to, ...), case-insensitive."))
+    id_col: str = Field("id", min_length=1, description="Column of the entity table holding the entity id.")
+    text_col: str = Field("text", min_length=1, description="Column of the entity table holding the entity text.")
+    label_col: str | None = Field(None, min_length=1, description=(
+        "Column of the entity table holding a class label (empty or null: unlabelled). Default: no labels."))
+
+
+class ParquetSource(DataSource):
+    """A text-attributed graph from Parquet tables (data.path, data.entities): edge_list's graph, streamed with pyarrow."""
+
+    Params = ParquetOptions
+
+    def load(self) -> RelationalGraph:
+        from graphveil.data.parquet import load_parquet  # pyarrow is imported only when used
+
+        p = self.params
+        return load_parquet(
             p.path, p.entities, source_col=p.source_col, target_col=p.target_col, id_col=p.id_col,
             text_col=p.text_col, label_col=p.label_col, option_prefix="data.",
         )
@@ -146,6 +188,7 @@ SOURCES = {
     "citeseer": CiteSeerSource,
     "citeseer_tape": CiteSeerTapeSource,
     "edge_list": EdgeListSource,
+    "parquet": ParquetSource,
     "pyg": PygSource,
     "planetoid": PlanetoidSource,
 }

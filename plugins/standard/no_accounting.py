@@ -53,7 +53,7 @@ class NoAccountant(Accountant):
                 "delta": validate_delta(delta), "alpha": None, "rdp": [], "steps": self._steps,
                 "noise_multiplier": None}
 
-    def calibrate(self, *, target_epsilon: float, delta: float, num_steps: int) -> float:
+    def calibrate(self, *, target_epsilon: float, delta: float, num_steps: int, releases: Any = None) -> float:
         raise PrivacyError(
             f"accountant {self.mechanism!r} makes no privacy claim, so no noise level meets "
             f"target ε={target_epsilon!r}; pick a DP accountant or set privacy.enabled: false"

@@ -8,6 +8,7 @@ import torch
 
 from graphveil.components import Encoder, TupleBatch
 from graphveil.data import RelationalGraph, transfer_split
+from graphveil.data.two_graphs import TwoGraphs
 from graphveil.engine.dp_step import LossSpec, batch_losses
 from graphveil.errors import ConfigError
 from graphveil.evaluation import relation_prediction
@@ -18,10 +19,12 @@ from graphveil.units import PrivacyUnit
 class RelationalTask(Task):
     """Relational tuples (positive + k negatives) under InfoNCE/hinge; zero-shot PREC@1/MRR on held-out entities.
 
-    Splits the entities by the keyed transfer split (``data.split.train_fraction``); the
-    sampler draws tuples from the training side; the loss options are ``training.loss``,
-    ``training.temperature`` and ``training.margin``; evaluation ranks the held-out side's
-    relations with in-batch negatives (``evaluation.batch_size``, ``evaluation.max_edges``).
+    Splits the entities by the keyed transfer split (``data.split.train_fraction``), or with
+    ``data.split.kind: two_graphs`` trains on the whole of graph A and evaluates on the whole of
+    graph B (:mod:`graphveil.data.two_graphs`); the sampler draws tuples from the training side;
+    the loss options are ``training.loss``, ``training.temperature`` and ``training.margin``;
+    evaluation ranks the held-out side's relations with in-batch negatives
+    (``evaluation.batch_size``, ``evaluation.max_edges``).
     """
 
     model_family: ClassVar[str] = "encoder"
@@ -42,9 +45,22 @@ class RelationalTask(Task):
     def setup(self, data: Any, split: Any) -> None:
         if not isinstance(data, RelationalGraph):
             raise ConfigError(f"task 'relational' needs a relational graph; data source gave {type(data).__name__}")
+        if split.kind == "two_graphs":
+            if not isinstance(data, TwoGraphs):  # e.g. a graph passed to the session by hand
+                raise ConfigError("data.split.kind two_graphs: the dataset holds no graph B; load it with "
+                                  "graphveil.data.load_data, which reads data.split.eval_data")
+            self._dataset, self._split_scope = data, {
+                "rule": "two_graphs: every entity and relation of data (graph A) trains; evaluation "
+                        "on data.split.eval_data (graph B), which the guarantee does not cover",
+                "eval_graph": data.held_out.name}
+            self.train_graph, self.test_graph = data.train, data.held_out
+            self.train_nodes, self.test_nodes = data.train_nodes, data.held_out_nodes
+            return
         if split.kind != "transfer":
-            raise ConfigError(f"task 'relational' uses data.split.kind: transfer, got {split.kind!r}")
-        self._dataset, self.train_fraction = data, split.train_fraction
+            raise ConfigError(f"task 'relational' uses data.split.kind: transfer or two_graphs, got {split.kind!r}")
+        self._dataset, self._split_scope = data, {
+            "rule": "HMAC-SHA256(data.split.seed, entity id) / 2^64 < train_fraction",
+            "train_fraction": split.train_fraction}
         self.train_graph, self.test_graph = transfer_split(data, split.train_fraction, split.seed)
         position = {eid: i for i, eid in enumerate(data.entity_ids)}
         self.train_nodes = torch.tensor([position[e] for e in self.train_graph.entity_ids], dtype=torch.long)
@@ -60,8 +76,7 @@ class RelationalTask(Task):
 
     def scope(self) -> dict[str, Any]:
         return {
-            "split": {"rule": "HMAC-SHA256(data.split.seed, entity id) / 2^64 < train_fraction",
-                      "train_fraction": self.train_fraction},
+            "split": dict(self._split_scope),
             "entities": self.train_graph.num_nodes,
             "relations": self.train_graph.num_edges,
         }

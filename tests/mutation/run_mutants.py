@@ -155,8 +155,32 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "release-accounted", "accounting of one-shot releases (a mechanism's event not composed)",
         (("framework/session.py",
-          "                self.accountant.compose_event(mechanism.event(), name)\n",
-          "                pass  # MUTANT: release not accounted\n"),),
+          "                    self.accountant.compose_event(event, stage.name)\n",
+          "                    pass  # MUTANT: release not accounted\n"),),
+    ),
+    Mutant(
+        "plan-calibration", "the plan's releases in σ calibration (σ calibrated for the steps alone)",
+        (("framework/session.py",
+          "                    releases=self._planned_events if self.plan.releases else None,\n",
+          "                    releases=None,  # MUTANT: releases not in the budget\n"),),
+    ),
+    Mutant(
+        "shared-sigma", "a calibrated release's shared σ (the mechanism keeps no σ and adds no noise)",
+        (("plugins/node_dp/mechanisms.py",
+          "        return self.noise_multiplier * self.sensitivity()\n",
+          "        return 0.0  # MUTANT: calibrated release without noise\n"),),
+    ),
+    Mutant(
+        "rr-replace-one", "randomized response analysed under replace-one (the unit's add/remove used)",
+        (("framework/privacy/rdp_accountant.py",
+          "            relation = rel.REPLACE_ONE\n",
+          "            pass  # MUTANT: RR under the unit's relation\n"),),
+    ),
+    Mutant(
+        "pure-eps-bound", "the max-divergence half of a pure-ε event's RDP (zCDP bound alone)",
+        (("framework/privacy/rdp_accountant.py",
+          "            return np.minimum(eps, self.orders * eps**2 / 2.0)\n",
+          "            return self.orders * eps**2 / 2.0  # MUTANT: min dropped\n"),),
     ),
     Mutant(
         "session-nonprivate", "the private step (a private session wired to nonprivate_step)",

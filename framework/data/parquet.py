@@ -1,0 +1,204 @@
+"""The ``parquet`` source's loader: a relation table and an entity table in Parquet files.
+
+The same graph as ``edge_list`` (:func:`~graphveil.data.loaders.load_edge_list`) builds from
+the same data, through the same validation (:func:`~graphveil.data.validate.build_graph`):
+ids are strings (integer id columns are written out in decimal), stripped of surrounding
+whitespace; an empty or null label means unlabelled. Messages name the file and the 1-based
+data row (``relations.parquet, row 7: unknown entity id 'x'``).
+
+The relation table is streamed: only its two id columns are read, one record batch of a row
+group at a time (:meth:`pyarrow.parquet.ParquetFile.iter_batches`), and each batch's ids are
+turned into int64 index pairs before the next is read. A relation table whose rows would not
+fit in memory as Python strings therefore still loads, as long as the compact graph (16 bytes
+per relation) and the entity table do. pyarrow is imported only here, when a Parquet file is read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from graphveil.data.graph import RelationalGraph
+from graphveil.data.loaders import EDGE_HEADERS
+from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
+from graphveil.errors import DataError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+#: Rows per record batch: bounds the relation ids held as Python strings at once.
+BATCH_ROWS = 65_536
+
+
+def _open(path: Path) -> pq.ParquetFile:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"{path}: not a Parquet file ({exc})") from exc
+
+
+def _column(pf: pq.ParquetFile, name: str, source: str, option: str, prefix: str) -> pa.DataType:
+    """The type of column ``name`` (given as the option ``option``), which must exist."""
+    names = pf.schema_arrow.names
+    if name not in names:
+        raise DataError(f"{source}: no column {name!r} (columns: {', '.join(names)}); "
+                        f"set {prefix}{option} to the right one")
+    return pf.schema_arrow.field(name).type
+
+
+def _value_type(t: pa.DataType) -> pa.DataType:
+    import pyarrow as pa
+
+    return t.value_type if pa.types.is_dictionary(t) else t  # pandas categoricals are dictionaries
+
+
+def _is_text(t: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    t = _value_type(t)
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _check_type(t: pa.DataType, name: str, source: str, option: str, prefix: str, *, text: bool = False) -> None:
+    import pyarrow as pa
+
+    if _is_text(t) or (not text and pa.types.is_integer(_value_type(t))):
+        return
+    wanted = "strings" if text else "strings or integers"
+    raise DataError(f"{source}: column {name!r} ({prefix}{option}) holds {t}, not {wanted}")
+
+
+def _strings(column: Any, name: str, source: str, first_row: int, *, nulls: bool = False) -> list[str | None]:
+    """A batch's column as stripped Python strings (integers in decimal); a null is refused
+    naming its row, or kept as ``None`` with ``nulls=True``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if column.null_count and not nulls:
+        row = first_row + pc.index(column.is_null(), True).as_py()
+        raise DataError(f"{source}, row {row}: column {name!r} is null")
+    if pa.types.is_integer(column.type):
+        return column.cast(pa.string()).to_pylist()
+    return pc.utf8_trim_whitespace(column).to_pylist()  # as edge_list strips its id fields
+
+
+def _batches(pf: pq.ParquetFile, columns: list[str], source: str) -> Iterator[tuple[int, Any]]:
+    """``(first row, record batch)`` of ``columns``, rows counted from 1."""
+    import pyarrow as pa
+
+    row = 1
+    try:
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+            yield row, batch
+            row += batch.num_rows
+    except pa.ArrowException as exc:
+        raise DataError(f"{source}: cannot read row {row} onwards ({exc})") from exc
+
+
+def read_parquet_entities(
+    path: str | os.PathLike[str],
+    *,
+    id_col: str = "id",
+    text_col: str = "text",
+    label_col: str | None = None,
+    option_prefix: str = "",
+) -> EntityRecords:
+    """The entity table: ids (strings or integers), texts (strings; a null is refused by the
+    validation as "no text") and optional labels. Only these columns are read."""
+    path = Path(path)
+    source, pf, p = str(path), _open(path), option_prefix
+    wanted = [(id_col, "id_col", False), (text_col, "text_col", True)]
+    if label_col:
+        wanted.append((label_col, "label_col", False))
+    for name, option, text in wanted:
+        _check_type(_column(pf, name, source, option, p), name, source, option, p, text=text)
+    ids: list[str] = []
+    texts: list[Any] = []
+    labels: list[str | None] = []
+    for row, batch in _batches(pf, [name for name, _, _ in wanted], source):
+        ids.extend(_strings(batch.column(id_col), id_col, source, row))
+        texts.extend(batch.column(text_col).to_pylist())
+        if label_col:
+            labels.extend(s or None for s in _strings(batch.column(label_col), label_col, source, row, nulls=True))
+    if not ids:
+        raise DataError(f"{source}: no entities")
+    return EntityRecords(source, ids, range(1, len(ids) + 1), texts, labels if label_col else None, "row")
+
+
+def edge_columns(names: list[str], source: str, source_col: str | None, target_col: str | None,
+                 prefix: str = "") -> tuple[str, str]:
+    """The relation table's two id columns: as given, else the first recognised pair of
+    :data:`~graphveil.data.loaders.EDGE_HEADERS` (case-insensitive), as ``edge_list`` reads a header."""
+    if (source_col is None) != (target_col is None):
+        raise DataError(f"{source}: give both {prefix}source_col and {prefix}target_col, or neither")
+    if source_col is not None and target_col is not None:
+        return source_col, target_col
+    lower = [n.strip().lower() for n in names]
+    pair = next(((a, b) for a, b in EDGE_HEADERS if a in lower and b in lower), None)
+    if pair is None:
+        raise DataError(
+            f"{source}: no recognised source/target column pair among {', '.join(names)} "
+            f"({', '.join('/'.join(p) for p in EDGE_HEADERS)}); set {prefix}source_col and "
+            f"{prefix}target_col to two of its columns"
+        )
+    return names[lower.index(pair[0])], names[lower.index(pair[1])]
+
+
+def read_parquet_edges(
+    path: str | os.PathLike[str],
+    *,
+    source_col: str | None = None,
+    target_col: str | None = None,
+    option_prefix: str = "",
+) -> Iterator[EdgeRecords]:
+    """The relation table as chunks of :class:`EdgeRecords` (one per record batch, rows
+    numbered across the file). The file and its columns are checked before the first chunk."""
+    path = Path(path)
+    source, pf, p = str(path), _open(path), option_prefix
+    s, t = edge_columns(pf.schema_arrow.names, source, source_col, target_col, p)
+    for name, option in ((s, "source_col"), (t, "target_col")):
+        _check_type(_column(pf, name, source, option, p), name, source, option, p)
+    if pf.metadata.num_rows == 0:
+        raise DataError(f"{source}: no edges")
+
+    def chunks() -> Iterator[EdgeRecords]:
+        for row, batch in _batches(pf, [s, t], source):
+            a = _strings(batch.column(s), s, source, row)
+            b = _strings(batch.column(t), t, source, row)
+            yield EdgeRecords(source, list(zip(a, b, strict=True)), range(row, row + batch.num_rows), "row")
+
+    return chunks()
+
+
+def load_parquet(
+    edges_path: str | os.PathLike[str],
+    entities_path: str | os.PathLike[str],
+    *,
+    source_col: str | None = None,
+    target_col: str | None = None,
+    id_col: str = "id",
+    text_col: str = "text",
+    label_col: str | None = None,
+    on_unknown: OnUnknown = "error",
+    name: str | None = None,
+    option_prefix: str = "",
+) -> RelationalGraph:
+    """A text-attributed graph from a Parquet relation table and a Parquet entity table (the
+    ``parquet`` source); options and result as :func:`~graphveil.data.loaders.load_edge_list`."""
+    entities = read_parquet_entities(
+        entities_path, id_col=id_col, text_col=text_col, label_col=label_col, option_prefix=option_prefix
+    )
+    chunks = read_parquet_edges(edges_path, source_col=source_col, target_col=target_col,
+                                option_prefix=option_prefix)
+    return build_graph(name or Path(edges_path).stem, entities, chunks, on_unknown=on_unknown,
+                       edge_source=str(edges_path))

@@ -1,0 +1,81 @@
+"""GraphSAGE on rooted computation subgraphs: each example is a root node and its subgraph.
+
+The building block of a DP-SAGE-style method (issue 8): per-example gradients are exact because
+a :class:`~graphveil.subgraph_batch.SubgraphBatch` keeps every example's message passing inside
+its own graph. This module provides the model only; the privacy analysis of rooted subgraphs
+(one node reaches the subgraphs of many roots) needs its own sampler and accountant.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from graphveil.components import ExampleStructure, Model
+from graphveil.errors import ConfigError
+from graphveil.plugins.node_dp.mlp import _ACTIVATIONS
+
+if TYPE_CHECKING:
+    from graphveil.subgraph_batch import SubgraphBatch
+
+
+class SAGEParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hidden: int = Field(64, gt=0, description="Hidden width of every SAGEConv but the last.")
+    layers: int = Field(2, ge=1, description="SAGEConv layers (at most the subgraphs' num_hops, so the "
+                                               "root sees its whole sampled neighbourhood).")
+    activation: Literal["selu", "relu", "tanh"] = Field("relu", description="Non-linearity between layers.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout between layers (elementwise: examples stay apart).")
+    seed: int | None = Field(None, description="Seed of the weight initialisation (None: torch's global RNG).")
+
+
+class SAGE(Model):
+    """GraphSAGE (mean aggregation) over rooted subgraphs → class logits of each example's root.
+
+    Every convolution runs on all rows of the batch and the roots are read out last, so each
+    parametrised layer's rows map to examples through the batch's ``groups`` (the engine's
+    row → example index); a layer applied after the readout would see one row per example and
+    be refused by the engine. The layers are sized by :meth:`prepare` (features in, classes out).
+    """
+
+    Params = SAGEParams
+    structure: ClassVar[ExampleStructure] = ExampleStructure.ROOT_SUBGRAPHS
+
+    def __init__(self, params: SAGEParams | None = None) -> None:
+        super().__init__()
+        self.params = params if params is not None else SAGEParams()
+        self.convs: nn.ModuleList | None = None
+        self.act = _ACTIVATIONS[self.params.activation]()
+        self.drop = nn.Dropout(self.params.dropout)
+
+    def prepare(self, data: Any) -> None:
+        """Build the layers for ``data.num_features`` inputs and ``data.num_classes`` outputs."""
+        from torch_geometric.nn import SAGEConv
+
+        if not hasattr(data, "num_features") or not hasattr(data, "num_classes"):
+            raise ConfigError(f"model 'sage' needs node features and labels; the data is {type(data).__name__}")
+        p = self.params
+        widths = [int(data.num_features)] + [p.hidden] * (p.layers - 1) + [int(data.num_classes)]
+        with torch.random.fork_rng(devices=[]):
+            if p.seed is not None:
+                torch.manual_seed(p.seed)
+            self.convs = nn.ModuleList(SAGEConv(w_in, w_out) for w_in, w_out in zip(widths[:-1], widths[1:], strict=True))
+
+    def forward(self, batch: SubgraphBatch) -> torch.Tensor:
+        """``(batch.size, classes)`` logits at the roots of a rooted :class:`SubgraphBatch`."""
+        if self.convs is None:
+            raise ConfigError("model 'sage' is not prepared (call prepare(data) first)")
+        roots = getattr(batch, "roots", None)
+        if roots is None:
+            raise ConfigError(f"model 'sage' reads each example's root: it needs a rooted SubgraphBatch "
+                              f"(rooted_subgraphs), got {type(batch).__name__} without roots")
+        device = next(self.parameters()).device
+        h, edge_index = batch.graphs.x.to(device), batch.graphs.edge_index.to(device)
+        for i, conv in enumerate(self.convs):
+            h = conv(h, edge_index)
+            if i < len(self.convs) - 1:
+                h = self.drop(self.act(h))
+        return h[roots.to(device)]
