@@ -44,7 +44,11 @@ class Mechanism(ABC):
         return False
 
     def event_at(self, noise_multiplier: float) -> dp_accounting.DpEvent:
-        """The event of a calibrated release at σ (default: the Gaussian, ``GaussianDpEvent(σ)``)."""
+        """The event of this release if the run's shared σ were ``noise_multiplier``: :meth:`event`
+        for a mechanism with its own noise; for a calibrated one (default) the Gaussian,
+        ``GaussianDpEvent(σ)`` — noise std σ · sensitivity."""
+        if not self.calibrated():
+            return self.event()
         import dp_accounting
 
         return dp_accounting.GaussianDpEvent(noise_multiplier)

@@ -97,6 +97,10 @@ class Plan:
     def releases(self) -> list[Release]:
         return [s for s in self.stages if isinstance(s, Release)]
 
+    def artifacts_before_training(self) -> tuple[str, ...]:
+        """Names of the artifacts released or post-processed before the :class:`Train` stage."""
+        return tuple(s.name for s in self.before_training() if isinstance(s, Release | PostProcess))
+
     @property
     def trains(self) -> bool:
         return any(isinstance(s, Train) for s in self.stages)

@@ -118,7 +118,7 @@ class TrainingSession:
         if not isinstance(plan, Plan):
             raise PluginError(f"method {cfg.method.name!r} returned {type(plan).__name__}, not a graphveil.methods.Plan")
         self.plan = plan
-        self.task.planned_releases = tuple(s.name for s in plan.before_training() if hasattr(s, "name"))
+        self.task.planned_releases = plan.artifacts_before_training()
         self.task.configure(cfg)
         if cfg.privacy.enabled:
             check_units([("the run", self.unit)] + [(f"mechanism {r.name!r}", r.mechanism.unit)
@@ -192,15 +192,14 @@ class TrainingSession:
 
     def _planned_events(self, sigma: float) -> list[tuple[str, Any]]:
         """The plan's releases as accounting events if the shared noise multiplier were σ."""
-        return [(r.name, r.mechanism.event_at(sigma) if r.mechanism.calibrated() else r.mechanism.event())
-                for r in self.plan.releases]
+        return [(r.name, r.mechanism.event_at(sigma)) for r in self.plan.releases]
 
     def _run_stages(self, stages: Any) -> None:
         """Run release and post-processing stages in order; each release is accounted at once.
 
         Every artifact goes to :attr:`released` (read-only, by stage name), the one store the
-        task and later stages read. A calibrated release is composed as the event the
-        calibration analysed (``event_at(σ)``), a fixed one as its own ``event()``.
+        task and later stages read. Each release is composed as the event the calibration
+        analysed, ``event_at(σ)`` (a fixed-noise mechanism's own ``event()``).
         """
         from graphveil.engine.noise import GaussianNoise
 
@@ -212,9 +211,7 @@ class TrainingSession:
                 mechanism = stage.mechanism
                 released[stage.name] = mechanism.release(self.task, noise)
                 if self.config.privacy.enabled:
-                    event = (mechanism.event_at(self.noise_multiplier) if mechanism.calibrated()
-                             else mechanism.event())
-                    self.accountant.compose_event(event, stage.name)
+                    self.accountant.compose_event(mechanism.event_at(self.noise_multiplier), stage.name)
                 log.info("released %s (sensitivity %.4g)", stage.name, mechanism.sensitivity())
             elif isinstance(stage, PostProcess):
                 released[stage.name] = stage.run(MappingProxyType(dict(released)))

@@ -124,12 +124,7 @@ def cmd_fed_server(args: argparse.Namespace) -> int:
     argv = server_command(args)
     if not args.fleet_gateway:
         return _become(argv, args.dry_run)
-    gateway = gateway_command(args)
-    if args.dry_run:
-        print(" ".join(_quote(a) for a in gateway + ["--parent-pid", "<superlink pid>"]))
-        return _become(argv, True)
-    subprocess.Popen([*gateway, "--parent-pid", str(os.getpid())], env=flower_env())
-    return _become(argv, False)
+    return _become_with_watcher(argv, gateway_command(args), args.dry_run, "superlink")
 
 
 def cmd_fed_site(args: argparse.Namespace) -> int:
@@ -139,11 +134,18 @@ def cmd_fed_site(args: argparse.Namespace) -> int:
                            env=flower_env())
     if check.returncode != 0:
         raise ConfigError(f"node config: approved-apps: {check.stderr.strip() or check.stdout.strip()}")
-    if args.dry_run:
-        print(" ".join(_quote(a) for a in guard + ["--parent-pid", "<supernode pid>"]))
+    return _become_with_watcher(argv, guard, args.dry_run, "supernode")
+
+
+def _become_with_watcher(argv: list[str], watcher: list[str], dry_run: bool, what: str) -> int:
+    """Start ``watcher`` on this PID, then exec ``argv`` (dry run: print both commands).
+
+    The watcher outlives nothing: it watches this PID, which exec turns into the Flower process.
+    """
+    if dry_run:
+        print(" ".join(_quote(a) for a in watcher + ["--parent-pid", f"<{what} pid>"]))
         return _become(argv, True)
-    # The guard outlives nothing: it watches this PID, which exec turns into flower-supernode.
-    subprocess.Popen([*guard, "--parent-pid", str(os.getpid())], env=flower_env())
+    subprocess.Popen([*watcher, "--parent-pid", str(os.getpid())], env=flower_env())
     return _become(argv, False)
 
 

@@ -292,11 +292,17 @@ class RdpAccountantBase(Accountant):
         self._profile_state()
 
         composed = self.events_rdp()
+        # by the event's repr (events holding lists are not hashable): a fixed release's curve
+        # is computed once, not at every bisection step
+        curves: dict[str, np.ndarray] = {}
 
         def planned(sigma: float) -> np.ndarray:
             total = composed.copy()
             for name, event in (releases(sigma) if releases is not None else ()):
-                total += self.event_rdp(event, name)
+                key = repr(event)
+                if key not in curves:
+                    curves[key] = self.event_rdp(event, name)
+                total += curves[key]
             return total
 
         def epsilon_at(sigma: float) -> float:

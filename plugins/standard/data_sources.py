@@ -9,6 +9,7 @@ as a user writes them (``data.<key>``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -88,19 +89,31 @@ class EdgeListOptions(_TableOptions):
         "Header column of the edge file holding the second entity id (set with source_col)."))
 
 
-class EdgeListSource(DataSource):
+class _TableSource(DataSource):
+    """A relation table plus an entity table, read by :meth:`loader` with the column options."""
+
+    @staticmethod
+    def loader() -> Callable[..., RelationalGraph]:
+        raise NotImplementedError
+
+    def load(self) -> RelationalGraph:
+        p = self.params
+        return self.loader()(
+            p.path, p.entities, source_col=p.source_col, target_col=p.target_col, id_col=p.id_col,
+            text_col=p.text_col, label_col=p.label_col, option_prefix="data.",
+        )
+
+
+class EdgeListSource(_TableSource):
     """A text-attributed graph from an edge file and an entity table (data.path, data.entities)."""
 
     Params = EdgeListOptions
 
-    def load(self) -> RelationalGraph:
+    @staticmethod
+    def loader() -> Callable[..., RelationalGraph]:
         from graphveil.data.loaders import load_edge_list
 
-        p = self.params
-        return load_edge_list(
-            p.path, p.entities, source_col=p.source_col, target_col=p.target_col, id_col=p.id_col,
-            text_col=p.text_col, label_col=p.label_col, option_prefix="data.",
-        )
+        return load_edge_list
 
 
 class ParquetOptions(_TableOptions):
@@ -118,19 +131,16 @@ class ParquetOptions(_TableOptions):
         "Column of the entity table holding a class label (empty or null: unlabelled). Default: no labels."))
 
 
-class ParquetSource(DataSource):
+class ParquetSource(_TableSource):
     """A text-attributed graph from Parquet tables (data.path, data.entities): edge_list's graph, streamed with pyarrow."""
 
     Params = ParquetOptions
 
-    def load(self) -> RelationalGraph:
+    @staticmethod
+    def loader() -> Callable[..., RelationalGraph]:
         from graphveil.data.parquet import load_parquet  # pyarrow is imported only when used
 
-        p = self.params
-        return load_parquet(
-            p.path, p.entities, source_col=p.source_col, target_col=p.target_col, id_col=p.id_col,
-            text_col=p.text_col, label_col=p.label_col, option_prefix="data.",
-        )
+        return load_parquet
 
 
 class PygOptions(_Options):

@@ -155,7 +155,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "release-accounted", "accounting of one-shot releases (a mechanism's event not composed)",
         (("framework/session.py",
-          "                    self.accountant.compose_event(event, stage.name)\n",
+          "                    self.accountant.compose_event(mechanism.event_at(self.noise_multiplier), stage.name)\n",
           "                    pass  # MUTANT: release not accounted\n"),),
     ),
     Mutant(
