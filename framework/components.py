@@ -93,7 +93,20 @@ class TupleBatch:
 # --------------------------------------------------------------------------------------------
 
 
-class Sampler(ABC):
+class _ClaimsUnit:
+    """A component whose analysis is stated for a privacy unit (class attribute ``unit``)."""
+
+    unit: ClassVar[PrivacyUnit]
+
+    @classmethod
+    def accepts_unit(cls, unit: PrivacyUnit) -> bool:
+        """Whether this component's analysis also holds for ``unit`` when a run states its unit
+        (``privacy.unit``); the session then records ``unit`` on the instance. Default: only its
+        own unit. Override only with the argument why in the docstring."""
+        return unit == cls.unit
+
+
+class Sampler(_ClaimsUnit, ABC):
     """Draws tuple batches from a graph and declares the distribution it draws from.
 
     Subclasses set ``sampling_kind`` and ``unit`` and implement :meth:`prepare` (one-time
@@ -102,7 +115,6 @@ class Sampler(ABC):
 
     Params: ClassVar[type[BaseModel]] = NoParams
     sampling_kind: ClassVar[SamplingKind]
-    unit: ClassVar[PrivacyUnit]
 
     @abstractmethod
     def prepare(self, graph: RelationalGraph, generator: torch.Generator) -> SamplingProfile:
@@ -123,7 +135,7 @@ class Sampler(ABC):
 # --------------------------------------------------------------------------------------------
 
 
-class Clipper(ABC):
+class Clipper(_ClaimsUnit, ABC):
     """Turns per-tuple gradient norms into per-tuple scale factors in (0, 1].
 
     The clipped sum Σᵢ factorᵢ·g(Tᵢ) must have the declared sensitivity with respect to the
@@ -132,7 +144,6 @@ class Clipper(ABC):
 
     Params: ClassVar[type[BaseModel]] = NoParams
     sensitivity_kind: ClassVar[SensitivityKind]
-    unit: ClassVar[PrivacyUnit]
     clip_norm: float
 
     def bind(self, sampling: SamplingProfile) -> None:  # noqa: B027 - optional hook, no-op by default
@@ -157,7 +168,7 @@ class Clipper(ABC):
 # --------------------------------------------------------------------------------------------
 
 
-class Accountant(ABC):
+class Accountant(_ClaimsUnit, ABC):
     """Tracks privacy loss of repeated noisy steps over a sampled batch.
 
     ``supports`` lists the (sampling, sensitivity) pairs this accountant can analyse; a run
@@ -168,8 +179,10 @@ class Accountant(ABC):
 
     Params: ClassVar[type[BaseModel]] = NoParams
     mechanism: ClassVar[str]
-    unit: ClassVar[PrivacyUnit]
     supports: ClassVar[frozenset[tuple[SamplingKind, SensitivityKind]]]
+    #: model structures whose per-example gradients this analysis covers (None: any); e.g. a
+    #: per-node analysis holds only if a node's example reads its own row alone
+    structures: ClassVar[frozenset[ExampleStructure] | None] = None
 
     @abstractmethod
     def bind(self, sampling: SamplingProfile, sensitivity: SensitivityProfile) -> None:

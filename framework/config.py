@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from graphveil.errors import ConfigError
 
@@ -181,6 +189,28 @@ class PrivacyConfig(_Strict):
         "Fixed noise seed for reproducible research only: the noise can then be subtracted by anyone "
         "who knows it. privacy.json records that it was set. Default (None): DP noise from the OS "
         "CSPRNG, never seeded, never written."))
+    unit: str | None = Field(None, description=(
+        "The privacy unit the run's guarantee is stated for, when the components can analyse more "
+        "than one (paper 4's GDP levels): e.g. 'node/replacement/D=100/predictions', "
+        "'k_neighbor/replacement/k=5/predictions', 'edge/replacement/predictions'. Every sampler, "
+        "clipper, accountant and release of the run must accept it, or the run is refused before "
+        "data is read. Default: the unit the components declare."))
+
+    @field_validator("unit")
+    @classmethod
+    def _unit(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from graphveil.units import PrivacyUnit
+
+        return PrivacyUnit.parse(v).value  # ValueError names the part not understood
+
+    @property
+    def privacy_unit(self) -> Any:
+        """``unit`` as a :class:`~graphveil.units.PrivacyUnit` (None when not given)."""
+        from graphveil.units import PrivacyUnit
+
+        return None if self.unit is None else PrivacyUnit.parse(self.unit)
 
     @model_validator(mode="before")
     @classmethod

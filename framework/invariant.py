@@ -55,11 +55,13 @@ def check_units(parts: Iterable[tuple[str, PrivacyUnit | None]]) -> PrivacyUnit 
 
 
 def check_run(*, private: bool, sampler: tuple[str, Any], clipper: tuple[str, Any],
-              accountant: tuple[str, Any]) -> PrivacyUnit | None:
+              accountant: tuple[str, Any], unit: PrivacyUnit | None = None) -> PrivacyUnit | None:
     """The whole check before data is read: pair, units, a private run really clips.
 
     Each argument is ``(configured name, component)``; the components' class-level
     declarations are read (``sampling_kind``, ``sensitivity_kind``, ``supports``, ``unit``).
+    ``unit`` is the run's stated unit (``privacy.unit``), if any: then every component must
+    accept it (``accepts_unit``) instead of claiming one unit together.
     The model's structure is checked by :func:`check_structure` once the model is built.
 
     :returns: the run's privacy unit (None for a non-private run without one).
@@ -68,9 +70,13 @@ def check_run(*, private: bool, sampler: tuple[str, Any], clipper: tuple[str, An
     check_pair(a_name, a.supports, s.sampling_kind, c.sensitivity_kind, sampler=s_name, clipper=c_name)
     if not private:
         return None
-    unit = check_units([
-        (f"sampler {s_name!r}", s.unit), (f"clipper {c_name!r}", c.unit), (f"accountant {a_name!r}", a.unit),
-    ])
+    parts = [(f"sampler {s_name!r}", s), (f"clipper {c_name!r}", c), (f"accountant {a_name!r}", a)]
+    if unit is not None:
+        refusing = [f"{who} (analyses {part.unit.value})" for who, part in parts if not part.accepts_unit(unit)]
+        if refusing:
+            raise PrivacyError(f"privacy.unit {unit.value!r} is not analysed by {', '.join(refusing)}")
+    else:
+        unit = check_units([(who, part.unit) for who, part in parts])
     if c.sensitivity_kind is SensitivityKind.NONE:
         raise PrivacyError(
             f"clipper {c_name!r} bounds no sensitivity: a private run needs a clipping "
@@ -81,8 +87,9 @@ def check_run(*, private: bool, sampler: tuple[str, Any], clipper: tuple[str, An
     return unit
 
 
-def check_structure(name: str, model: Any) -> None:
-    """A DP-SGD model must keep examples apart: refuse ``WHOLE_GRAPH`` or no declaration.
+def check_structure(name: str, model: Any, accountant: tuple[str, Any] | None = None) -> None:
+    """A DP-SGD model must keep examples apart: refuse ``WHOLE_GRAPH``, no declaration, or a
+    structure the accountant's analysis does not cover (its ``structures``).
 
     :raises PrivacyError: naming the model and what to do instead.
     """
@@ -98,6 +105,12 @@ def check_structure(name: str, model: Any) -> None:
             "no per-example gradient exists to clip. Train it on disjoint subgraphs (structure "
             "components) or release the graph part through a mechanism instead"
         )
+    covered = getattr(accountant[1], "structures", None) if accountant is not None else None
+    if covered is not None and structure not in covered:
+        raise PrivacyError(
+            f"accountant {accountant[0]!r} analyses models of structure "
+            f"{', '.join(sorted(s.value for s in covered))}; model {name!r} is {structure.value} (its "
+            "examples read other units' data, so one unit changes more than one example)")
 
 
 def check_profiles(accountant: Any, sampling: Any, sensitivity: Any) -> None:

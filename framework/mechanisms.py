@@ -53,6 +53,11 @@ class Mechanism(ABC):
 
         return dp_accounting.GaussianDpEvent(noise_multiplier)
 
+    def bind(self, task: Any) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Called once the data is loaded and split, before σ is calibrated: a release whose
+        event depends on data sizes that are public under its unit (the number of training nodes
+        under replacement adjacency, for a DP-SGD stage) reads them here."""
+
     @abstractmethod
     def sensitivity(self) -> float:
         """How far the released statistic can move when one privacy unit changes."""

@@ -45,7 +45,20 @@ class Release:
 class Train:
     """DP-SGD on the run's model with the run's sampler, clipper and accountant (plain SGD when
     ``privacy.enabled`` is false). Stages before it run when the session is prepared, stages
-    after it when the trained model is evaluated."""
+    after it when the trained model is evaluated.
+
+    ``private=False`` trains without clipping or noise in a private run: only for a stage that
+    reads nothing the run's unit protects (e.g. under edge-level GDP, node features and labels
+    are public and a row-wise model reads no edge). ``reason`` must say why; it is written to
+    the privacy report.
+    """
+
+    private: bool = True
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.private and not self.reason.strip():
+            raise ConfigError("Train(private=False) needs a reason: why the stage reads nothing the unit protects")
 
 
 @dataclass(frozen=True)
@@ -103,7 +116,11 @@ class Plan:
 
     @property
     def trains(self) -> bool:
-        return any(isinstance(s, Train) for s in self.stages)
+        return self.train_stage is not None
+
+    @property
+    def train_stage(self) -> Train | None:
+        return next((s for s in self.stages if isinstance(s, Train)), None)
 
     def before_training(self) -> Sequence[Stage]:
         """The stages up to the :class:`Train` stage (all of them if there is none)."""
@@ -122,7 +139,9 @@ class Plan:
 
 class Method(ABC):
     """Returns the run's :class:`Plan`. Declares nothing itself: every release's mechanism
-    declares its unit, and the invariant compares those with the run's (before data is read)."""
+    declares its unit, and the invariant compares those with the run's (before data is read).
+    A method whose mechanisms depend on the unit (paper 4's GDP levels) reads the run's stated
+    unit, ``config.privacy.privacy_unit``."""
 
     Params: ClassVar[type[BaseModel]] = NoParams
 

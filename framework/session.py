@@ -100,15 +100,17 @@ class TrainingSession:
         self.unit = check_run(
             private=cfg.privacy.enabled, sampler=(cfg.sampler.name, self.sampler),
             clipper=(cfg.clipper.name, self.clipper), accountant=(cfg.accountant.name, self.accountant),
+            unit=cfg.privacy.privacy_unit,
         )
+        if cfg.privacy.enabled and cfg.privacy.unit is not None:
+            for part in (self.sampler, self.clipper, self.accountant):
+                part.unit = self.unit  # accepted above: the components now state the run's unit
         self.task = self.host.create("task", cfg.task.name, cfg.task.params, where="task")
         family = self.task.model_family
         section = "encoder" if cfg.encoder is not None else "model"
         if family != section:
             raise ConfigError(f"task {cfg.task.name!r} trains a {family}: give a {family!r} section, not {section!r}")
         self.encoder = self.host.create(family, cfg.network.name, cfg.network.params, where=family)
-        if cfg.privacy.enabled:
-            check_structure(cfg.network.name, self.encoder)
         self.mechanisms = [
             (m.name, self.host.create("mechanism", m.name, m.params, where=f"mechanisms[{i}]"))
             for i, m in enumerate(cfg.mechanisms)
@@ -118,11 +120,19 @@ class TrainingSession:
         if not isinstance(plan, Plan):
             raise PluginError(f"method {cfg.method.name!r} returned {type(plan).__name__}, not a graphveil.methods.Plan")
         self.plan = plan
+        if self.trains_privately:
+            check_structure(cfg.network.name, self.encoder, (cfg.accountant.name, self.accountant))
         self.task.planned_releases = plan.artifacts_before_training()
         self.task.configure(cfg)
         if cfg.privacy.enabled:
             check_units([("the run", self.unit)] + [(f"mechanism {r.name!r}", r.mechanism.unit)
                                                     for r in plan.releases])
+
+    @property
+    def trains_privately(self) -> bool:
+        """The plan trains with DP-SGD: a private run whose Train stage is not ``private=False``."""
+        stage = self.plan.train_stage
+        return self.config.privacy.enabled and stage is not None and stage.private
 
     # ------------------------------------------------------------------ prepare (data)
     def prepare(self) -> None:
@@ -137,6 +147,8 @@ class TrainingSession:
 
             self.graph = load_data(cfg.data, self.host)
         self.task.setup(self.graph, cfg.data.split)
+        for release in self.plan.releases:
+            release.mechanism.bind(self.task)
         profile = self._prepare_sampler()
         self.planned_steps = self._planned_steps(profile)
         self.sampling_profile = profile
@@ -153,7 +165,7 @@ class TrainingSession:
                 # One σ for the whole plan: every step and every release counts against the target.
                 self.noise_multiplier = self.accountant.calibrate(
                     target_epsilon=cfg.privacy.target_epsilon, delta=self.delta,
-                    num_steps=max(self.planned_steps, 1) if self.plan.trains else 0,
+                    num_steps=max(self.planned_steps, 1) if self.trains_privately else 0,
                     releases=self._planned_events if self.plan.releases else None,
                 )
         for release in self.plan.releases:
@@ -295,7 +307,7 @@ class TrainingSession:
             raise ConfigError(f"number of steps must be >= 0, got {steps}")
         if steps and not self.plan.trains:
             raise ConfigError(f"method {cfg.method.name!r} has no training stage; {steps} steps were asked for")
-        private = cfg.privacy.enabled
+        private = self.trains_privately
         expected_b = self.sampling_profile.rate * self.sampling_profile.num_records
         progress = _progress(steps, cfg.output.progress, desc=cfg.name)
         losses = []
@@ -359,6 +371,7 @@ class TrainingSession:
             # FREQ-CLIP clips at C·κ so that its sum has sensitivity C (entity_dp.clipping).
             "clip_scale": getattr(self.clipper, "kappa", None),
             "steps": self.steps_done,
+            "training": self._training_mode(),
             "delta": self.delta,
             # δ given in the config ("explicit") or the default rule of graphveil.privacy.default_delta
             "delta_rule": self.delta_rule,
@@ -383,6 +396,14 @@ class TrainingSession:
             report["epsilon"] = math.inf
         return report
 
+    def _training_mode(self) -> str:
+        stage = self.plan.train_stage
+        if stage is None:
+            return "none (the method has no training stage)"
+        if self.trains_privately:
+            return "dp_sgd"
+        return f"non-private: {stage.reason}" if self.config.privacy.enabled else "non-private run"
+
     def _dataset_scope(self) -> dict[str, Any]:
         """What the guarantee is with respect to, with the exact sizes (run directory only)."""
         cfg, profile = self.config, self.sampling_profile
@@ -395,6 +416,10 @@ class TrainingSession:
             claim = f"node-level DP w.r.t. the degree-capped relation set Ē (K={profile.degree_cap}) of {side}"
         elif unit == PrivacyUnit.EDGE:
             claim = f"edge-level DP w.r.t. the relations of {side}"
+        elif unit.protects_predictions:
+            claim = (f"{unit.value} graph DP (paper 4, Def. 4.2) w.r.t. the whole graph (all node features, "
+                     "edges and training labels): the weights and the prediction of every node other "
+                     "than the replaced one")
         else:
             claim = f"{unit.value} DP w.r.t. the training side of the keyed split"
         return {"claim": claim, **self.task.scope(), "records": profile.num_records,

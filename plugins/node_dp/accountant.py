@@ -7,8 +7,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from graphveil.components import ExampleStructure
 from graphveil.errors import PrivacyError
-from graphveil.plugins.node_dp.units import NODE_GDP
+from graphveil.plugins.node_dp.units import NODE_GDP, RowWiseGdpUnits
 from graphveil.privacy import RdpAccountantBase, RdpParams
 from graphveil.profiles import (
     PrivacyUnit,
@@ -19,7 +20,7 @@ from graphveil.profiles import (
 )
 
 
-class NodeReplaceRdpAccountant(RdpAccountantBase):
+class NodeReplaceRdpAccountant(RowWiseGdpUnits, RdpAccountantBase):
     """Node-level (replacement) RDP of b-of-n WOR batches with per-node clipping (dp-accounting).
 
     Replacing one node changes at most one example of a batch, moving the clipped sum by at
@@ -34,6 +35,7 @@ class NodeReplaceRdpAccountant(RdpAccountantBase):
     supports: ClassVar[frozenset[tuple[SamplingKind, SensitivityKind]]] = frozenset({
         (SamplingKind.UNIFORM_WOR, SensitivityKind.PER_EXAMPLE),
     })
+    structures: ClassVar[frozenset[ExampleStructure]] = frozenset({ExampleStructure.ROWS})
     #: replace-one sensitivity of a sum of per-example-clipped gradients, in units of C
     REPLACEMENT_SENSITIVITY: ClassVar[float] = 2.0
 
@@ -65,6 +67,26 @@ class NodeReplaceRdpAccountant(RdpAccountantBase):
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
         accountant = dp_accounting.rdp.RdpAccountant(
             orders=[float(a) for a in self.orders], neighboring_relation=dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_ONE)
-        gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / self.REPLACEMENT_SENSITIVITY)
-        accountant.compose(dp_accounting.SampledWithoutReplacementDpEvent(self._n, self._b, gaussian))
+        accountant.compose(node_step_event(self._n, self._b, noise_multiplier))
         return np.asarray(accountant.rdp, dtype=float)
+
+
+def node_step_event(n: int, b: int, noise_multiplier: float, group: int = 1) -> Any:
+    """The dp-accounting event of one per-node DP-SGD step (b of n nodes without replacement,
+    clip C, noise std σC) under replace-one, when replacing one unit changes ``group`` examples.
+
+    ``group = 1``: ``SampledWithoutReplacementDpEvent(n, b, Gaussian(σ/2))`` (one example moves
+    the clipped sum by ≤ 2C; Wang, Balle & Kasiviswanathan 2019, Thm 27). ``group > 1``: at
+    most min(group, b) examples of the batch change, moving the sum by ≤ 2C·min(group, b); no
+    amplification by sampling is claimed for a group (none is analysed), so the step is
+    ``Gaussian(σ / (2·min(group, b)))`` — exact for full batches (b = n), conservative otherwise.
+    """
+    import dp_accounting
+
+    if group < 1:
+        raise PrivacyError(f"group size must be >= 1, got {group}")
+    sensitivity = NodeReplaceRdpAccountant.REPLACEMENT_SENSITIVITY
+    if group == 1:
+        return dp_accounting.SampledWithoutReplacementDpEvent(
+            n, b, dp_accounting.GaussianDpEvent(noise_multiplier / sensitivity))
+    return dp_accounting.GaussianDpEvent(noise_multiplier / (sensitivity * min(group, b)))

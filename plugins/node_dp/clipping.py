@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from graphveil.clipping import ThresholdClipper
-from graphveil.plugins.node_dp.units import NODE_GDP
+from graphveil.plugins.node_dp.units import NODE_GDP, RowWiseGdpUnits
 from graphveil.profiles import PrivacyUnit, SensitivityKind
 
 
-class PerNodeClipper(ThresholdClipper):
+class PerNodeClipper(RowWiseGdpUnits, ThresholdClipper):
     """Clip each node's gradient to C; replacing one node moves the clipped sum by at most 2C.
 
     Exact only for models whose example i reads node i's features and label alone (an MLP):

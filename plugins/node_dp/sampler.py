@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphveil.components import Sampler
 from graphveil.errors import PrivacyError
-from graphveil.plugins.node_dp.units import NODE_GDP
+from graphveil.plugins.node_dp.units import NODE_GDP, RowWiseGdpUnits
 from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile
 from graphveil.tasks import NodeBatch
 
@@ -19,7 +19,7 @@ class UniformNodeParams(BaseModel):
     batch_size: int = Field(64, gt=0, description="b: nodes per step (paper 4 uses 64 on Cora).")
 
 
-class UniformNodeSampler(Sampler):
+class UniformNodeSampler(RowWiseGdpUnits, Sampler):
     """b training nodes uniformly without replacement per step, fresh each step (sampled-WOR Gaussian).
 
     The batch size is fixed and public, which is what the replace-one analysis of the

@@ -15,7 +15,7 @@ from graphveil.data.node_graph import NodeGraph
 from graphveil.data.node_split import planetoid_full_split, random_node_split
 from graphveil.errors import ConfigError
 from graphveil.tasks import MetricColumn, NodeBatch, Task
-from graphveil.units import PrivacyUnit
+from graphveil.units import PrivacyUnit, UnitKind
 
 RAW = "raw"
 RELEASED = "released:"
@@ -94,6 +94,13 @@ class NodeClassification(Task):
         return self.split.train
 
     def num_units(self, unit: PrivacyUnit | None) -> int:
+        """n for the default δ: training nodes; adjacency entries (edge) or undirected edges
+        (undirected_edge) at paper 4's edge level, whose δ is below 1/#edges."""
+        kind = getattr(unit, "kind", None)
+        if kind is UnitKind.EDGE:
+            return int(self.dataset.edge_index.shape[1])
+        if kind is UnitKind.UNDIRECTED_EDGE:
+            return int(self.dataset.edge_index.shape[1]) // 2
         return int(self.split.train.numel())
 
     def scope(self) -> dict[str, Any]:

@@ -1,0 +1,471 @@
+"""Graph transforms for node-level DP on graphs, and the cSBM synthetic graphs (paper 4).
+
+PyG conventions throughout: ``edge_index[0]`` is the source, ``edge_index[1]`` the target, and
+messages flow source → target. Every transform is a :class:`~torch_geometric.transforms.BaseTransform`
+that returns a new :class:`~torch_geometric.data.Data` and leaves its input untouched (tensors
+it does not change are shared, as in PyG's own transforms). Every random choice is drawn from
+one ``torch.Generator`` (reproducible for a seed; by default a fresh one seeded from the OS's
+entropy via :mod:`secrets`).
+
+* :class:`OutDegreeBound` — GAP/DPDGC's bounded out-degree D (paper 4, Sec. 5.1), every node.
+* :class:`DegreeCap` — symmetric undirected degree cap K (greedy random edge dropping).
+* :class:`DpGnnPreprocess` — the node-classification preprocessing of paper 4's code.
+* :func:`csbm`, :func:`csbm_phi`, :func:`phi_to_lambda_mu` — contextual SBM (paper 4, App. K).
+* :func:`class_insensitive_homophily` — the homophily measure of paper 4, App. K / Table 1.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Callable
+
+import torch
+from torch_geometric.data import Data
+from torch_geometric.transforms import BaseTransform
+
+__all__ = [
+    "DegreeCap",
+    "DpGnnPreprocess",
+    "OutDegreeBound",
+    "class_insensitive_homophily",
+    "csbm",
+    "csbm_phi",
+    "phi_to_lambda_mu",
+]
+
+
+def _generator(generator: torch.Generator | None) -> torch.Generator:
+    if generator is None:
+        return torch.Generator().manual_seed(secrets.randbits(63))
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return generator
+
+
+def _positive_int(name: str, value: int, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _edge_index(data: Data) -> tuple[torch.Tensor, int]:
+    """``data.edge_index`` and ``data.num_nodes``, checked (ValueError naming the problem)."""
+    edge_index = getattr(data, "edge_index", None)
+    if edge_index is None:
+        raise ValueError("data has no edge_index (a SparseTensor adj_t is not supported)")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.dtype != torch.long:
+        raise ValueError(f"data.edge_index must be an int64 (2, E) tensor, "
+                         f"got {tuple(edge_index.shape)} {edge_index.dtype}")
+    num_nodes = data.num_nodes
+    if num_nodes is None:
+        raise ValueError("data.num_nodes is unknown")
+    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
+        raise ValueError(f"data.edge_index has endpoints outside 0..{num_nodes - 1}")
+    return edge_index, num_nodes
+
+
+class OutDegreeBound(BaseTransform):
+    """Bound every node's out-degree by ``max_degree`` = D (paper 4's node-level GDP assumption).
+
+    Guarantees, for every node ``r`` in ``0..N-1`` (the last one included — GAP's and dp-gnn's
+    ``BoundOutDegree`` samples for ``arange(0, N-1)`` and so never bounds node N-1):
+
+    * afterwards ``r`` is the source (``edge_index[0]``) of at most D columns;
+    * if ``r`` had at most D out-edges, all of them are kept;
+    * otherwise exactly D are kept, a uniformly random D-subset of its out-edges, drawn without
+      replacement, independently across nodes (one uniform permutation of all edges, stably
+      sorted by source; each source keeps its first D). O(E log E), vectorised.
+
+    Kept edges are a subset of the input columns, in their input order; every per-edge
+    attribute that PyG's ``Data.is_edge_attr`` recognises (``edge_attr``, ``edge_weight``,
+    any tensor with E entries along its concatenation dimension; if N == E only keys
+    containing "edge") stays aligned. Nodes and node attributes are unchanged. The number of
+    columns dropped by the last call is ``last_dropped``.
+
+    In paper 4's notation ``A_ir = 1`` for an edge r → i, and the bound is on the column sums of
+    A (out-neighbours ``N(r) = {i : A_ir = 1}``), which is what the sensitivity 2√D per hop of
+    GAP (√(2D) for DPDGC) needs. The bound is on the *directed* ``edge_index``: applied to an
+    undirected graph stored in both directions, it drops (u, v) without (v, u), so the result
+    is in general not symmetric (GAP and DPDGC analyse the directed adjacency; use
+    :class:`DegreeCap` for a symmetric cap). A multi-edge counts once per column; a self-loop
+    is an out-edge of its node.
+    """
+
+    def __init__(self, max_degree: int, generator: torch.Generator | None = None) -> None:
+        self.max_degree = _positive_int("max_degree", max_degree)
+        self.generator = _generator(generator)
+        self.last_dropped: int | None = None
+
+    def keep_mask(self, edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+        """``(E,)`` bool mask of the columns kept (see the class docstring)."""
+        src = edge_index[0]
+        num_edges = src.numel()
+        perm = torch.randperm(num_edges, generator=self.generator).to(src.device)
+        # Stable sort of the shuffled sources: within a source, edges stay in random order.
+        sorted_src, idx = torch.sort(src[perm], stable=True)
+        order = perm[idx]
+        counts = torch.bincount(src, minlength=num_nodes)
+        first = torch.cumsum(counts, 0) - counts  # position of each source's first edge in `order`
+        rank = torch.arange(num_edges, device=src.device) - first[sorted_src]
+        keep = torch.zeros(num_edges, dtype=torch.bool, device=src.device)
+        keep[order] = rank < self.max_degree
+        return keep
+
+    def forward(self, data: Data) -> Data:
+        edge_index, num_nodes = _edge_index(data)
+        keep = self.keep_mask(edge_index, num_nodes)
+        self.last_dropped = int((~keep).sum())
+        return data.edge_subgraph(keep)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_degree={self.max_degree})"
+
+
+class DegreeCap(BaseTransform):
+    """Cap every node's degree at ``max_degree`` = K in an undirected graph, keeping it symmetric.
+
+    Input: an undirected graph in PyG's layout, every column (u, v) matched by a column (v, u)
+    (multi-edges by multiplicity; ValueError otherwise). Degree = number of columns with the
+    node as source (``torch_geometric.utils.degree(edge_index[0])``), so a self-loop counts once.
+
+    Rule (greedy, as paper 1's Alg. 3 / Daigavane et al. Alg. 1): visit the undirected edges in
+    a uniformly random order and keep one iff both of its ends still have fewer than K kept
+    edges; (u, v) and (v, u) are kept or dropped together. Guarantees: the output is symmetric,
+    a subset of the input columns (input order, edge attributes aligned as in
+    :class:`OutDegreeBound`), every degree is ≤ K, an edge whose two ends have degree ≤ K is
+    always kept, and the result is maximal (every dropped edge has an end with exactly K kept
+    edges). It is *not* a uniform draw among maximal capped subgraphs. ``last_dropped`` counts
+    the columns (both directions) dropped by the last call. Runs a Python loop over the edges
+    that touch a node of degree > K only (lighter nodes can never block an edge).
+    """
+
+    def __init__(self, max_degree: int, generator: torch.Generator | None = None) -> None:
+        self.max_degree = _positive_int("max_degree", max_degree)
+        self.generator = _generator(generator)
+        self.last_dropped: int | None = None
+
+    def keep_mask(self, edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+        """``(E,)`` bool mask of the columns kept (see the class docstring)."""
+        src, dst = edge_index.cpu()
+        cols = torch.arange(src.numel())
+        fwd, rev, loop = src < dst, src > dst, src == dst
+        # Pair each (u, v), u < v, with a (v, u): equal keys u*N+v, matched in sorted order.
+        fwd_key, fwd_order = torch.sort(src[fwd] * num_nodes + dst[fwd], stable=True)
+        rev_key, rev_order = torch.sort(dst[rev] * num_nodes + src[rev], stable=True)
+        if not torch.equal(fwd_key, rev_key):
+            raise ValueError("DegreeCap needs an undirected edge_index: every column (u, v) "
+                             "must have a matching reverse column (v, u)")
+        # One unit per undirected edge: its columns, and its ends (u, v) or (u, u).
+        unit_a = torch.cat([cols[fwd][fwd_order], cols[loop]])
+        unit_b = torch.cat([cols[rev][rev_order], cols[loop]])
+        u, v = src[unit_a], dst[unit_a]
+        heavy = torch.bincount(src, minlength=num_nodes) > self.max_degree
+        keep_unit = torch.ones(unit_a.numel(), dtype=torch.bool)
+        order = torch.randperm(unit_a.numel(), generator=self.generator)
+        order = order[(heavy[u] | heavy[v])[order]]
+        kept = [0] * num_nodes  # kept edges so far, tracked at heavy nodes only
+        us, vs, hv, flags = u.tolist(), v.tolist(), heavy.tolist(), keep_unit.tolist()
+        cap = self.max_degree
+        for t in order.tolist():
+            a, b = us[t], vs[t]
+            if (hv[a] and kept[a] >= cap) or (hv[b] and kept[b] >= cap):
+                flags[t] = False
+                continue
+            kept[a] += 1
+            if b != a:
+                kept[b] += 1
+        keep_unit = torch.tensor(flags, dtype=torch.bool)
+        keep = torch.zeros(src.numel(), dtype=torch.bool)
+        keep[unit_a[keep_unit]] = True
+        keep[unit_b[keep_unit]] = True
+        return keep.to(edge_index.device)
+
+    def forward(self, data: Data) -> Data:
+        edge_index, num_nodes = _edge_index(data)
+        keep = self.keep_mask(edge_index, num_nodes)
+        self.last_dropped = int((~keep).sum())
+        return data.edge_subgraph(keep)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_degree={self.max_degree})"
+
+
+class DpGnnPreprocess(BaseTransform):
+    """Node-classification preprocessing of paper 4's code (github.com/thupchnsky/dp-gnn).
+
+    Checked against that repository (facts, no code copied): ``core/datasets/loader.py`` applies
+    ``RandomNodeSplit(num_val=0.1, num_test=0.15)`` and ``FilterClassByCount(min_count=50,
+    remove_unlabeled=True)`` (from sisaman/GAP), then ``RemoveSelfLoops`` and
+    ``RemoveIsolatedNodes``. (google-research's ``differentially_private_gnns`` — Daigavane et
+    al. — does none of these: it reads fixed OGB/GraphSAINT splits, adds reverse edges,
+    subsamples adjacency lists and adds self-loops.) Steps, in the reference order:
+
+    1. random node split (``split_first=True``, the reference's order): with
+       ``n_val = round(val_fraction * N)``, ``n_test = round(test_fraction * N)`` (Python's
+       round, as PyG) and ``perm = torch.randperm(N, generator)``: ``perm[:n_val]`` → val,
+       the next ``n_test`` → test, the rest → train. This is PyG's ``RandomNodeSplit`` draw
+       for draw, so a generator seeded s gives the reference's split under
+       ``torch.manual_seed(s)``. Masks are node attributes, so later removals keep them
+       aligned (and the fractions among survivors are then only close to the targets);
+    2. classes with fewer than ``min_class_size`` nodes (counted over all nodes) are dropped
+       with their nodes (induced subgraph); the remaining classes are re-indexed 0..C'-1 in
+       their original order;
+    3. self-loops are removed;
+    4. nodes in no edge are removed (isolated after steps 2-3);
+    5. with ``split_first=False`` the split is drawn here instead, on the surviving nodes, so
+       the fractions are exact up to rounding.
+
+    Output: boolean ``train_mask``/``val_mask``/``test_mask`` partitioning the nodes; node and
+    edge attributes restricted alongside (PyG's ``Data.subgraph``). Directions are left as they
+    are. ``last_stats`` holds the counts removed by the last call.
+    """
+
+    def __init__(
+        self,
+        *,
+        min_class_size: int = 50,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.15,
+        split_first: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        self.min_class_size = _positive_int("min_class_size", min_class_size)
+        for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+            if not isinstance(value, float | int) or not 0.0 < value < 1.0:
+                raise ValueError(f"{name} must be in (0, 1), got {value!r}")
+        if val_fraction + test_fraction >= 1.0:
+            raise ValueError(f"val_fraction + test_fraction must be < 1, got "
+                             f"{val_fraction} + {test_fraction}")
+        self.val_fraction, self.test_fraction = float(val_fraction), float(test_fraction)
+        self.split_first = split_first
+        self.generator = _generator(generator)
+        self.last_stats: dict[str, int] = {}
+
+    def _split(self, data: Data) -> Data:
+        n = data.num_nodes
+        n_val, n_test = round(n * self.val_fraction), round(n * self.test_fraction)
+        perm = torch.randperm(n, generator=self.generator).to(data.y.device)
+        masks = [torch.zeros(n, dtype=torch.bool, device=data.y.device) for _ in range(3)]
+        masks[1][perm[:n_val]] = True
+        masks[2][perm[n_val:n_val + n_test]] = True
+        masks[0][perm[n_val + n_test:]] = True
+        data.train_mask, data.val_mask, data.test_mask = masks
+        return data
+
+    def forward(self, data: Data) -> Data:
+        _, num_nodes = _edge_index(data)
+        y = getattr(data, "y", None)
+        if (y is None or y.dim() != 1 or y.numel() != num_nodes
+                or y.dtype.is_floating_point or y.dtype == torch.bool):
+            raise ValueError("data.y must be an integer (N,) tensor of class ids")
+        if y.numel() and int(y.min()) < 0:
+            raise ValueError("data.y must hold class ids >= 0 (unlabelled nodes are not supported)")
+        if self.split_first:
+            data = self._split(data)
+        counts = torch.bincount(y)
+        keep_class = counts >= self.min_class_size
+        if not bool(keep_class.any()):
+            raise ValueError(f"no class has min_class_size={self.min_class_size} or more nodes")
+        in_kept = keep_class[y]
+        data = data.subgraph(in_kept)
+        data.y = (torch.cumsum(keep_class.long(), 0) - 1)[data.y]
+        self_loop = data.edge_index[0] == data.edge_index[1]
+        data = data.edge_subgraph(~self_loop)
+        linked = torch.zeros(data.num_nodes, dtype=torch.bool, device=data.edge_index.device)
+        linked[data.edge_index.flatten()] = True
+        data = data.subgraph(linked)
+        if data.num_nodes == 0:
+            raise ValueError("no node is left after dp-gnn preprocessing (no edge between kept nodes)")
+        if not self.split_first:
+            data = self._split(data)
+        self.last_stats = {
+            "dropped_classes": int((~keep_class).sum()),
+            "dropped_class_nodes": int((~in_kept).sum()),
+            "dropped_self_loops": int(self_loop.sum()),
+            "dropped_isolated_nodes": int((~linked).sum()),
+        }
+        return data
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(min_class_size={self.min_class_size}, "
+                f"val_fraction={self.val_fraction}, test_fraction={self.test_fraction}, "
+                f"split_first={self.split_first})")
+
+
+def class_insensitive_homophily(
+    edge_index: torch.Tensor, y: torch.Tensor, num_classes: int | None = None
+) -> float:
+    """Class-insensitive edge homophily (Lim et al. 2021, LINKX; paper 4, App. K and Table 1).
+
+    ``(1 / (C-1)) · Σ_c max(0, h_c − |{i : y_i = c}| / n)`` where ``h_c`` is the fraction of the
+    edges *into* class-c nodes (target ``edge_index[1]`` of class c) whose source is of class c
+    (0 for a class with no such edge). In [0, 1]; 1 is the strongest homophily. This is LINKX's
+    ``h_c`` and PyG's ``homophily(method="edge_insensitive")``; it gives Cora 0.7657, paper 4's
+    Table 1 value. Paper 4 prints ``|E|`` as the denominator of ``h_c``, which would give 0 for
+    a perfectly homophilous graph with two balanced classes, so the printed formula is a typo.
+    """
+    if y.dim() != 1 or y.numel() == 0 or y.dtype.is_floating_point:
+        raise ValueError("y must be a non-empty integer (n,) tensor of class ids")
+    num_classes = int(y.max()) + 1 if num_classes is None else num_classes
+    _positive_int("num_classes", num_classes, minimum=2)
+    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise ValueError(f"y must hold class ids in 0..{num_classes - 1}")
+    src, dst = edge_index
+    into = torch.bincount(y[dst], minlength=num_classes).double()
+    same = torch.bincount(y[dst][y[src] == y[dst]], minlength=num_classes).double()
+    h = same / into.clamp(min=1)
+    share = torch.bincount(y, minlength=num_classes).double() / y.numel()
+    return float((h - share).clamp(min=0).sum() / (num_classes - 1))
+
+
+def phi_to_lambda_mu(
+    phi: float, *, num_nodes: int, num_features: int, epsilon: float = 3.25
+) -> tuple[float, float]:
+    """cSBM parameters (λ, μ) for ϕ ∈ [−1, 1] on the arc λ² + μ²/ξ = 1 + ε, ξ = n/f.
+
+    ``λ = √(1+ε) · sin(ϕπ/2)``, ``μ = √(ξ(1+ε)) · cos(ϕπ/2)``: Chien et al., "Adaptive Universal
+    Generalized PageRank Graph Neural Network" (GPR-GNN, ICLR 2021), Sec. 5.1 and their
+    cSBM generator, which paper 4's code uses unchanged (``core/datasets/cSBM_dataset.py``,
+    ``parameterized_Lambda_and_mu``). It satisfies paper 4's App. K arc exactly
+    (sin² + cos² = 1); |ϕ| → 1 puts the information in the graph (μ → 0), ϕ → 0 in the
+    features (λ → 0), and the sign of ϕ is the sign of λ (homophily +, heterophily −).
+    Paper 4 uses n = 10,000, f = 200 (ξ = 50), ε = 3.25.
+    """
+    if not isinstance(phi, float | int) or not -1.0 <= phi <= 1.0:
+        raise ValueError(f"phi must be in [-1, 1], got {phi!r}")
+    _positive_int("num_nodes", num_nodes, minimum=2)
+    _positive_int("num_features", num_features)
+    if not isinstance(epsilon, float | int) or not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+    xi = num_nodes / num_features
+    angle = phi * math.pi / 2
+    return math.sqrt(1 + epsilon) * math.sin(angle), math.sqrt(xi * (1 + epsilon)) * math.cos(angle)
+
+
+def _distinct_keys(
+    k: int, m: int, draw: Callable[[int], torch.Tensor], generator: torch.Generator
+) -> torch.Tensor:
+    """A uniformly random k-subset of ``0..m-1`` from ``draw(s)`` (s i.i.d. uniform keys).
+
+    Given how many distinct keys s draws produced, they are a uniform subset of that size; a
+    uniform k-subset of it is a uniform k-subset of ``0..m-1``. Too few → a fresh, larger try.
+    """
+    if k == 0:
+        return torch.zeros(0, dtype=torch.long)
+    size = k + (k * k) // m + 16  # covers the expected number of repeats, k²/(2m)
+    while True:
+        keys = torch.unique(draw(size))
+        if keys.numel() >= k:
+            return keys[torch.randperm(keys.numel(), generator=generator)[:k]]
+        size *= 2
+
+
+def _block_edges(
+    a: int, b: int | None, p: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Independent Bernoulli(p) edges between block-local indices: unordered pairs in one block
+    of size a (b is None), or all a × b pairs between two blocks. Binomial count, then a uniform
+    set of that many distinct pairs — the same law, without an a × b matrix."""
+    m = a * (a - 1) // 2 if b is None else a * b
+    if m == 0 or p == 0.0:
+        return torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    k = int(torch.binomial(torch.tensor(float(m), dtype=torch.float64),
+                           torch.tensor(p, dtype=torch.float64), generator=generator))
+    if b is None:
+        def draw(s: int) -> torch.Tensor:  # an unordered pair {i, j}, i != j, is 2 of a(a-1) cells
+            i = torch.randint(a, (s,), generator=generator)
+            j = torch.randint(a - 1, (s,), generator=generator)
+            j = j + (j >= i).long()
+            return torch.minimum(i, j) * a + torch.maximum(i, j)
+        keys = _distinct_keys(k, m, draw, generator)
+        return keys // a, keys % a
+
+    def draw_cross(s: int) -> torch.Tensor:
+        return (torch.randint(a, (s,), generator=generator) * b
+                + torch.randint(b, (s,), generator=generator))
+    keys = _distinct_keys(k, m, draw_cross, generator)
+    return keys // b, keys % b
+
+
+def csbm(
+    num_nodes: int,
+    num_features: int,
+    avg_degree: float,
+    lambda_: float,
+    mu: float,
+    generator: torch.Generator | None = None,
+) -> Data:
+    """A contextual stochastic block model graph as paper 4, App. K describes (after [18, 19]).
+
+    Two classes of ⌈n/2⌉ (``v = +1``, ``y = 1``) and ⌊n/2⌋ (``v = −1``, ``y = 0``) nodes, placed
+    at uniformly random node indices. Features ``b_i = √(μ/n) v_i u + Z_i/√f`` with
+    ``u ~ N(0, I/f)`` shared by all nodes and ``Z_i`` standard normal (float32, ``x``). Edges
+    undirected and independent given the labels, no self-loops, each pair {i, j} with
+    probability ``(d + λ√d)/n`` if ``v_i = v_j`` and ``(d − λ√d)/n`` otherwise; stored in both
+    directions, sorted, without duplicates (``edge_index``). Sampled per block pair as a
+    Binomial count placed uniformly without repetition: O(n f + E) time and memory, no n × n
+    matrix. The expected degree is ``d − (d + λ√d)/n`` (≈ d).
+
+    :raises ValueError: if an argument is out of range, in particular if a probability
+        ``(d ± λ√d)/n`` falls outside [0, 1] (needs |λ| ≤ √d and d + |λ|√d ≤ n).
+    """
+    n = _positive_int("num_nodes", num_nodes, minimum=2)
+    f = _positive_int("num_features", num_features)
+    for name, value in (("avg_degree", avg_degree), ("lambda_", lambda_), ("mu", mu)):
+        if not isinstance(value, float | int) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if avg_degree < 0:
+        raise ValueError(f"avg_degree must be >= 0, got {avg_degree!r}")
+    if mu < 0:
+        raise ValueError(f"mu must be >= 0, got {mu!r}")
+    d, spread = float(avg_degree), abs(lambda_) * math.sqrt(avg_degree)
+    if d - spread < 0 or d + spread > n:
+        raise ValueError(f"lambda_={lambda_} gives an edge probability (d ± λ√d)/n outside [0, 1] "
+                         f"for avg_degree={avg_degree}, num_nodes={n}: need |lambda_| <= √d and "
+                         f"d + |lambda_|·√d <= num_nodes")
+    p_in = min(max((d + lambda_ * math.sqrt(d)) / n, 0.0), 1.0)
+    p_out = min(max((d - lambda_ * math.sqrt(d)) / n, 0.0), 1.0)
+    g = _generator(generator)
+
+    size_pos = n - n // 2
+    perm = torch.randperm(n, generator=g)
+    pos, neg = perm[:size_pos], perm[size_pos:]
+    v = torch.full((n,), -1.0)
+    v[pos] = 1.0
+    parts = []
+    for (i, j), left, right in (
+        (_block_edges(size_pos, None, p_in, g), pos, pos),
+        (_block_edges(n // 2, None, p_in, g), neg, neg),
+        (_block_edges(size_pos, n // 2, p_out, g), pos, neg),
+    ):
+        parts.append(torch.stack([left[i], right[j]]))
+    one_way = torch.cat(parts, dim=1)
+    both = torch.cat([one_way, one_way.flip(0)], dim=1)
+    edge_index = both[:, torch.argsort(both[0] * n + both[1])]
+
+    u = torch.randn(f, generator=g) / math.sqrt(f)
+    z = torch.randn(n, f, generator=g)
+    x = math.sqrt(mu / n) * v[:, None] * u + z / math.sqrt(f)
+    return Data(x=x, edge_index=edge_index, y=(v > 0).long(), num_nodes=n)
+
+
+def csbm_phi(
+    phi: float,
+    *,
+    num_nodes: int = 10_000,
+    num_features: int = 200,
+    avg_degree: float = 5.0,
+    epsilon: float = 3.25,
+    generator: torch.Generator | None = None,
+) -> Data:
+    """:func:`csbm` at ϕ: (λ, μ) from :func:`phi_to_lambda_mu`, stored as ``data.lambda_``,
+    ``data.mu`` and ``data.phi`` (floats). Defaults: paper 4, App. K (n = 10,000, f = 200,
+    ε = 3.25). Paper 4 does not state d; 5 is GPR-GNN's cSBM choice (paper 4's code uses d = 10
+    with n = 30,000, f = 2,000). With ε = 3.25, |ϕ| = 1 needs d ≥ 1 + ε = 4.25.
+    """
+    lambda_, mu = phi_to_lambda_mu(phi, num_nodes=num_nodes, num_features=num_features,
+                                   epsilon=epsilon)
+    data = csbm(num_nodes, num_features, avg_degree, lambda_, mu, generator)
+    data.lambda_, data.mu, data.phi = lambda_, mu, float(phi)
+    return data

@@ -1,0 +1,81 @@
+"""What GAP's and DPDGC's releases share: the GDP level, the data they read, the generator."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, ClassVar
+
+import torch
+
+from graphveil.errors import ConfigError
+from graphveil.mechanisms import Mechanism
+from graphveil.plugins.gdp.levels import GdpLevel
+from graphveil.plugins.node_dp.units import NODE_GDP
+from graphveil.units import PrivacyUnit
+
+
+class GdpRelease(Mechanism):
+    """A release of a GDP method: takes the run's σ when private (noise std σ · sensitivity),
+    states the run's unit, and draws its batches from its own generator (seeded from the run's
+    ``seed`` plus a per-stage offset for reproducible research, else fresh OS entropy)."""
+
+    unit: ClassVar[PrivacyUnit] = NODE_GDP  # replaced per instance by the run's level
+
+    def __init__(self, level: GdpLevel, *, seed: int | None, stream: int) -> None:
+        self.level = level
+        if level.unit is not None:
+            self.unit = level.unit
+        self.generator = torch.Generator().manual_seed(
+            secrets.randbits(63) if seed is None else (seed * 1_000_003 + stream) % 2**63)
+        self.train_nodes: torch.Tensor | None = None
+
+    def calibrated(self) -> bool:
+        return self.level.private
+
+    def bind(self, task: Any) -> None:
+        self.train_nodes = task.split.train
+
+    def sigma(self) -> float:
+        """The run's shared σ (0 in a non-private run)."""
+        if not self.level.private:
+            return 0.0
+        if self.noise_multiplier is None:
+            raise ConfigError(f"{type(self).__name__} was not calibrated with a run")
+        return float(self.noise_multiplier)
+
+    def event(self) -> Any:
+        return self.event_at(self.sigma())
+
+
+def node_data(task: Any) -> Any:
+    """The task's NodeGraph (features, labels, both directions of every edge)."""
+    data = getattr(task, "dataset", None)
+    if data is None or not hasattr(data, "edge_index") or not hasattr(data, "x"):
+        raise ConfigError("GDP methods need a node graph with features, labels and edges (data.source: planetoid, ...)")
+    return data
+
+
+def aggregation_edges(task: Any, level: GdpLevel, generator: torch.Generator) -> torch.Tensor:
+    """``(2, E)`` edges messages flow along (source → target), out-degree bounded by D where the
+    level needs it (:class:`graphveil.transforms.OutDegreeBound`, uniform among each node's out-edges)."""
+    from torch_geometric.data import Data
+
+    from graphveil.transforms import OutDegreeBound
+
+    data = node_data(task)
+    edges = data.edge_index
+    if level.degree_bound is None:
+        return edges
+    bounded = OutDegreeBound(level.degree_bound, generator=generator)(Data(edge_index=edges, num_nodes=data.num_nodes))
+    return bounded.edge_index
+
+
+def aggregate(h: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+    """``A·H``: row i is the sum of ``h`` over node i's in-neighbours (edges j → i)."""
+    out = torch.zeros_like(h)
+    return out.index_add_(0, edges[1].to(h.device), h[edges[0].to(h.device)])
+
+
+def row_normalise(h: torch.Tensor) -> torch.Tensor:
+    """Every row to ℓ2 norm 1 (a zero row stays zero, norm 0 ≤ 1)."""
+    return torch.nn.functional.normalize(h, dim=1)

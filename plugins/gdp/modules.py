@@ -1,0 +1,118 @@
+"""The trainable modules of GAP and DPDGC (paper 4, Fig. 2; App. K: hidden 64, SELU)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from graphveil.components import ExampleStructure, Model
+from graphveil.errors import ConfigError
+
+
+class FeatureEncoder(Model):
+    """GAP's DP-MLP_X: ``layers`` SELU layers F → h, pretrained through a linear head h → C.
+
+    :meth:`embed` is the encoder without the head (the rows PMA aggregates after row
+    normalisation); :meth:`forward` adds the head (pretraining logits).
+    """
+
+    structure: ClassVar[ExampleStructure] = ExampleStructure.ROWS
+
+    def __init__(self, num_features: int, num_classes: int, hidden: int, layers: int) -> None:
+        super().__init__()
+        widths = [num_features] + [hidden] * layers
+        self.encoder = nn.Sequential(*[m for w_in, w_out in zip(widths[:-1], widths[1:], strict=True)
+                                       for m in (nn.Linear(w_in, w_out), nn.SELU())])
+        self.head = nn.Linear(hidden, num_classes)
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        return self.encoder(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(x))
+
+
+class AdjacencyEmbedding(Model):
+    """DPDGC's DP-Emb: ``Ŷ = SELU(A_i W⁽ᴬ⁾ + b) R`` for node i's adjacency row ``A_i``.
+
+    ``W⁽ᴬ⁾`` (n × h) is the transposed weight of ``linear``; :meth:`project` sets every row of
+    ``W⁽ᴬ⁾`` to norm c (paper 4, Alg. 2 line 13 — the constraint the sensitivity of Z rests on).
+    ``R`` (h × C) is random and fixed (a buffer, never trained).
+    """
+
+    structure: ClassVar[ExampleStructure] = ExampleStructure.ROWS
+
+    def __init__(self, num_nodes: int, num_classes: int, hidden: int, row_norm: float,
+                 generator: torch.Generator) -> None:
+        super().__init__()
+        self.linear = nn.Linear(num_nodes, hidden)
+        self.row_norm = float(row_norm)
+        self.register_buffer("head", torch.randn(hidden, num_classes, generator=generator) / hidden**0.5)
+        self.project()
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """Rows of W⁽ᴬ⁾ (columns of the weight) to norm c, in place on the parameter itself."""
+        weight = self.linear.weight  # (h, n): column j is row j of W⁽ᴬ⁾
+        weight.copy_(F.normalize(weight, dim=0) * self.row_norm)
+
+    def max_row_norm(self) -> float:
+        return float(self.linear.weight.detach().norm(dim=0).max())
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        return F.selu(self.linear(rows)) @ self.head
+
+
+class LinkXParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hidden: int = Field(64, gt=0, description="Width of every layer (paper 4: 64).")
+    layers: int = Field(2, ge=1, description="Layers of the classifier after the two branches (paper 4: 2).")
+    embedding_width: int = Field(64, gt=0, description=(
+        "h: width of the released embedding Z, the last columns of the input (DPDGC's hidden)."))
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout (paper 4: 0.5 non-private / edge, 0 otherwise).")
+    seed: int | None = Field(None, description="Seed of the weight initialisation.")
+
+
+class LinkX(Model):
+    """DPDGC's classifier on ``[X ‖ Z]`` (LINKX-style, Lim et al. 2021): one linear layer per
+    branch (MLP_X on the features, MLP_A on the released Z), SELU of the concatenation, then
+    ``layers`` SELU layers to the classes. Example i reads row i only (structure ``rows``)."""
+
+    Params = LinkXParams
+    structure: ClassVar[ExampleStructure] = ExampleStructure.ROWS
+
+    def __init__(self, params: LinkXParams | None = None) -> None:
+        super().__init__()
+        self.params = params if params is not None else LinkXParams()
+        self.branch_x: nn.Linear | None = None
+
+    def prepare(self, data: Any) -> None:
+        p = self.params
+        width = int(getattr(data, "num_features", 0))
+        if width <= p.embedding_width:
+            raise ConfigError(f"model 'linkx' reads [X ‖ Z] with Z of width {p.embedding_width}; the input "
+                              f"has {width} columns (use task features: released:<DPDGC's release>)")
+        with torch.random.fork_rng(devices=[]):
+            if p.seed is not None:
+                torch.manual_seed(p.seed)
+            self.branch_x = nn.Linear(width - p.embedding_width, p.hidden)
+            self.branch_z = nn.Linear(p.embedding_width, p.hidden)
+            layers: list[nn.Module] = []
+            widths = [2 * p.hidden] + [p.hidden] * (p.layers - 1) + [int(data.num_classes)]
+            for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+                layers.append(nn.Linear(w_in, w_out))
+                if i < len(widths) - 2:
+                    layers.extend([nn.SELU(), nn.Dropout(p.dropout)])
+            self.classifier = nn.Sequential(*layers)
+            self.drop = nn.Dropout(p.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.branch_x is None:
+            raise ConfigError("model 'linkx' is not prepared (call prepare(data) first)")
+        z_width = self.params.embedding_width
+        h = torch.cat([self.branch_x(x[:, :-z_width]), self.branch_z(x[:, -z_width:])], dim=1)
+        return self.classifier(self.drop(F.selu(h)))
