@@ -161,6 +161,10 @@ class TrainingSession:
             self.noise = GaussianNoise(research_seed=cfg.privacy.research_noise_seed)
             if cfg.privacy.noise_multiplier is not None:
                 self.noise_multiplier = cfg.privacy.noise_multiplier
+            elif not self.trains_privately and not any(r.mechanism.calibrated() for r in self.plan.releases):
+                # nothing takes the shared σ (e.g. randomized response sized by the method): the
+                # releases' own events are the whole account
+                self.noise_multiplier = 0.0
             else:
                 # One σ for the whole plan: every step and every release counts against the target.
                 self.noise_multiplier = self.accountant.calibrate(

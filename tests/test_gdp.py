@@ -279,7 +279,7 @@ def test_gap_at_edge_level_trains_without_noise_and_accounts_the_hops_only(host:
 
 def test_dpdgc_projects_w_after_every_step_and_composes_the_group_event(host: PluginHost) -> None:
     d = 3
-    cfg = config("dpdgc", NODE.format(D=d), row_norm=0.5)
+    cfg = config("dpdgc", NODE.format(D=d), row_norm=0.5, noise_scale=2.0)
     session, _ = run(cfg, host)
     mechanism = session.plan.releases[0].mechanism
     norms = mechanism.model.linear.weight.detach().norm(dim=0)
@@ -288,9 +288,10 @@ def test_dpdgc_projects_w_after_every_step_and_composes_the_group_event(host: Pl
     group = 2 * d + 1
     steps = math.ceil(0.2 * n / BATCH)
     swor = dp_accounting.SampledWithoutReplacementDpEvent(n, BATCH, dp_accounting.GaussianDpEvent(sigma / 2))
+    graph_sigma = 2.0 * sigma  # noise_scale: DP-Emb and Z at σ · 2
     expected = by_hand(session, [
-        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma / (2 * min(group, BATCH))), steps),
-        dp_accounting.GaussianDpEvent(sigma),  # Z: std σ · c√(2D)
+        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(graph_sigma / (2 * min(group, BATCH))), steps),
+        dp_accounting.GaussianDpEvent(graph_sigma),  # Z: std σ · 2 · c√(2D)
         dp_accounting.SelfComposedDpEvent(swor, session.steps_done)])
     assert session.epsilon() == pytest.approx(expected, rel=1e-9)
     assert mechanism.sensitivity() == pytest.approx(0.5 * math.sqrt(2 * d))
@@ -363,3 +364,60 @@ def test_a_unit_the_components_do_not_analyse_is_refused(host: PluginHost) -> No
 def test_a_non_private_train_stage_must_say_why() -> None:
     with pytest.raises(ConfigError, match="needs a reason"):
         Train(private=False)
+
+
+# ----------------------------------------------------------------------------- RandEdge + SAGE
+
+
+def rand_edge_config(unit: str | None, eps: float | None = 2.0) -> Any:
+    privacy = {"enabled": False} if eps is None else {"target_epsilon": eps, "unit": unit}
+    return config_from_dict({
+        "name": "randedge", "seed": 3,
+        "data": {"split": {"kind": "random_node", "val_fraction": 0.1, "test_fraction": 0.2, "seed": 0}},
+        "method": {"name": "rand_edge_sage"},
+        "sampler": {"name": "node_uniform_wor", "batch_size": BATCH},
+        "clipper": {"name": "per_node_clip", "clip_norm": 1.0},
+        "accountant": {"name": "node_rdp"},
+        "task": {"name": "node_classification", "graph": "released:rand_edge"},
+        "model": {"name": "sage_full", "hidden": 8, "seed": 0},
+        "training": {"steps": 5, "lr": 0.01},
+        "privacy": privacy, "output": {"progress": False},
+    })
+
+
+def test_rand_edge_releases_a_randomized_graph_and_reports_pure_epsilon(host: PluginHost) -> None:
+    session, _ = run(rand_edge_config(UNDIRECTED, 2.0), host)
+    released = session.released["rand_edge"]
+    true = graph().edge_index
+    assert released.shape[1] != true.shape[1]  # n(n−1)/2 ≈ 12720 pairs at p ≈ 0.12: many flips
+    assert torch.equal(torch.sort(released[0] * 1000 + released[1]).values,
+                       torch.sort(released[1] * 1000 + released[0]).values)  # both directions
+    assert session.epsilon() == pytest.approx(2.0, abs=1e-12)  # pure ε by basic composition
+    report = session.privacy_report()
+    assert report["training"].startswith("non-private: edge-level GDP") and report["noise_multiplier"] == 0.0
+    non_private, _ = run(rand_edge_config(None, None), host)
+    assert torch.equal(non_private.released["rand_edge"], true)
+
+
+def test_rand_edge_is_refused_at_node_level_and_without_its_graph(host: PluginHost) -> None:
+    with pytest.raises(ConfigError, match="protects edges only"):
+        TrainingSession(rand_edge_config(NODE.format(D=3)), host=host).assemble()
+    cfg = rand_edge_config(EDGE)
+    cfg.task.__pydantic_extra__.pop("graph")
+    with pytest.raises(ConfigError, match="graph: 'released:rand_edge'"):
+        TrainingSession(cfg, host=host).assemble()
+
+
+def test_the_pure_bound_applies_only_without_steps_and_survives_a_state_round_trip(host: PluginHost) -> None:
+    from graphveil.privacy.randomized_response import rr_event
+
+    session, _ = run(rand_edge_config(EDGE, 1.0), host)
+    acc = session.accountant
+    state = acc.state_dict()
+    assert acc.get_epsilon(1e-5) == pytest.approx(1.0)
+    acc.load_state_dict(state)
+    assert acc.get_epsilon(1e-5) == pytest.approx(1.0)
+    acc.compose_event(rr_event(0.5), "more")
+    assert acc.get_epsilon(1e-5) == pytest.approx(1.5)  # basic composition
+    acc.step(noise_multiplier=5.0)  # a DP-SGD step is not pure: back to the RDP conversion
+    assert acc.get_epsilon(1e-5) > 1.5

@@ -50,6 +50,20 @@ def check_steps(num_steps: Any, *, minimum: int = 0) -> int:
     return int(num_steps)
 
 
+def _pure_epsilon(event: Any) -> float | None:
+    """ε of a pure ε-DP event (PureDpEvent; binary randomized response), else None."""
+    import dp_accounting
+
+    from graphveil.privacy.events import PureDpEvent
+
+    if isinstance(event, PureDpEvent):
+        return float(event.epsilon)
+    if isinstance(event, dp_accounting.RandomizedResponseDpEvent) and event.num_buckets == 2:
+        q = float(event.noise_parameter)  # keeps the true bit with probability 1 − q/2
+        return math.inf if q <= 0 else math.log(2.0 / q - 1.0)
+    return None
+
+
 def bisect_sigma(epsilon_at: Callable[[float], float], target_epsilon: float, *,
                  sigma_range: tuple[float, float], rtol: float) -> float:
     """Smallest σ in ``sigma_range`` with ``epsilon_at(σ) <= target`` up to a factor 1 + rtol.
@@ -130,6 +144,7 @@ class RdpAccountantBase(Accountant):
         self._cache: dict[float, np.ndarray] = {}
         self._profile: dict[str, Any] | None = None
         self._events: list[tuple[str, np.ndarray]] = []  # one-shot releases: (name, RDP curve)
+        self._pure: list[float | None] = []  # each release's pure ε, None if it is not pure DP
 
     # ------------------------------------------------------------------ for subclasses
     @abstractmethod
@@ -169,6 +184,7 @@ class RdpAccountantBase(Accountant):
         :raises PrivacyError: if dp-accounting cannot analyse the event under this unit.
         """
         self._events.append((str(name), self.event_rdp(event, name)))
+        self._pure.append(_pure_epsilon(event))
 
     def event_rdp(self, event: Any, name: str) -> np.ndarray:
         """RDP curve of a ``dp_accounting`` event on this accountant's orders.
@@ -243,7 +259,14 @@ class RdpAccountantBase(Accountant):
         delta = validate_delta(delta)
         if len(self) == 0 and not self._events:
             return 0.0
-        return rdp_to_epsilon(self.orders, self.total_rdp(), delta)[0]
+        return min(rdp_to_epsilon(self.orders, self.total_rdp(), delta)[0], self._pure_bound())
+
+    def _pure_bound(self) -> float:
+        """Σ ε of the releases when there are no steps and every release is pure ε-DP (basic
+        composition, δ = 0), which the RDP conversion can overshoot slightly; else ``inf``."""
+        if len(self) or not self._pure or any(e is None for e in self._pure):
+            return math.inf
+        return float(sum(self._pure))
 
     def report(self, delta: float) -> dict[str, Any]:
         """ε, δ, the optimal α, the per-step RDP curve at the last σ, the total curve, history."""
@@ -262,6 +285,8 @@ class RdpAccountantBase(Accountant):
             return {**report, "epsilon": 0.0, "alpha": None, "rdp": [], "rdp_total": []}
         total = self.total_rdp()
         eps, alpha = rdp_to_epsilon(self.orders, total, delta)
+        if self._pure_bound() < eps:
+            eps, alpha = self._pure_bound(), None  # pure ε-DP by basic composition
         last = self.rdp_curve(self._last_sigma) if self._last_sigma is not None else np.zeros_like(total)
         return {
             **report,
@@ -323,6 +348,7 @@ class RdpAccountantBase(Accountant):
             "history": [[s, n] for s, n in self._history.items()],
             "last_sigma": self._last_sigma,
             "releases": [[name, [float(v) for v in curve]] for name, curve in self._events],
+            "releases_pure_epsilon": list(self._pure),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -352,8 +378,12 @@ class RdpAccountantBase(Accountant):
             if curve is None or curve.shape != self.orders.shape or np.isnan(curve).any() or (curve < 0).any():
                 raise PrivacyError(f"accountant {self.mechanism!r}: malformed release entry in saved state")
             events.append((str(entry[0]), curve))
+        pure = list(state.get("releases_pure_epsilon", [None] * len(events)))  # absent: not pure (conservative)
+        if len(pure) != len(events) or not all(e is None or (isinstance(e, int | float) and e >= 0) for e in pure):
+            raise PrivacyError(f"accountant {self.mechanism!r}: malformed pure-ε entries in saved state")
         self._history = history
         self._events = events
+        self._pure = [None if e is None else float(e) for e in pure]
         self._last_sigma = None if last is None else check_noise_multiplier(last)
 
     def __len__(self) -> int:

@@ -47,6 +47,11 @@ class DpdgcParams(BaseModel):
     row_norm: float = Field(1.0, gt=0, allow_inf_nan=False, description=(
         "c: norm of every row of W⁽ᴬ⁾. The noise on Z scales with c too; paper 4 reports better "
         "utility with c = 1e-8 (App. K), where Z is then dominated by the bias b."))
+    noise_scale: float = Field(1.0, gt=0, allow_inf_nan=False, description=(
+        "DP-Emb's training and the Z release use noise multiplier σ · noise_scale, σ the run's "
+        "calibrated multiplier: the share of the budget the graph part gets. At node level the "
+        "group of 2D + 1 rows makes DP-Emb expensive; a large scale with few epochs leaves the "
+        "budget to the classifier."))
     embedding_training: StageParams = Field(default_factory=StageParams, description=(
         "DP-Emb's training. With a group of g > 1 changed rows no sampling amplification is "
         "claimed, so a full batch (batch_size ≥ training nodes) gives the most signal per unit of noise."))
@@ -66,12 +71,16 @@ class DpEmbedding(GdpRelease):
     def group(self) -> int:
         return self.level.changed_rows()
 
+    def sigma(self) -> float:
+        return super().sigma() * self.params.noise_scale
+
     def event_at(self, noise_multiplier: float) -> Any:
         import dp_accounting
 
+        scaled = noise_multiplier * self.params.noise_scale
         training = stage_event(int(self.train_nodes.numel()), self.params.embedding_training,
-                               noise_multiplier, group=self.group())
-        return dp_accounting.ComposedDpEvent([training, dp_accounting.GaussianDpEvent(noise_multiplier)])
+                               scaled, group=self.group())
+        return dp_accounting.ComposedDpEvent([training, dp_accounting.GaussianDpEvent(scaled)])
 
     def release(self, task: Any, noise: Any) -> torch.Tensor:
         data = node_data(task)

@@ -116,3 +116,59 @@ class LinkX(Model):
         z_width = self.params.embedding_width
         h = torch.cat([self.branch_x(x[:, :-z_width]), self.branch_z(x[:, -z_width:])], dim=1)
         return self.classifier(self.drop(F.selu(h)))
+
+
+class FullGraphSAGEParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hidden: int = Field(64, gt=0, description="Hidden width (paper 4: 64).")
+    layers: int = Field(2, ge=1, description="SAGEConv layers.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout (paper 4: 0.5 non-private / edge).")
+    seed: int | None = Field(None, description="Seed of the weight initialisation.")
+
+
+class FullGraphSAGE(Model):
+    """GraphSAGE (mean aggregation) over a whole graph, ``forward(x, edge_index)`` → logits of
+    every node. Structure ``whole_graph``: it has no per-example gradient, so it trains only
+    without DP-SGD (non-private runs, or on a released graph at edge level: RandEdge+SAGE)."""
+
+    Params = FullGraphSAGEParams
+    structure: ClassVar[ExampleStructure] = ExampleStructure.WHOLE_GRAPH
+
+    def __init__(self, params: FullGraphSAGEParams | None = None) -> None:
+        super().__init__()
+        self.params = params if params is not None else FullGraphSAGEParams()
+        self.convs: nn.ModuleList | None = None
+        self.drop = nn.Dropout(self.params.dropout)
+
+    def prepare(self, data: Any) -> None:
+        from torch_geometric.nn import SAGEConv
+
+        p = self.params
+        widths = [int(data.num_features)] + [p.hidden] * (p.layers - 1) + [int(data.num_classes)]
+        with torch.random.fork_rng(devices=[]):
+            if p.seed is not None:
+                torch.manual_seed(p.seed)
+            self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in zip(widths[:-1], widths[1:], strict=True))
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        if self.convs is None:
+            raise ConfigError("model 'sage_full' is not prepared (call prepare(data) first)")
+        adj_t = self._adjacency(edge_index, x.shape[0])
+        for i, conv in enumerate(self.convs):
+            x = conv(x, adj_t)
+            if i < len(self.convs) - 1:
+                x = self.drop(F.selu(x))
+        return x
+
+    def _adjacency(self, edge_index: torch.Tensor, n: int) -> torch.Tensor:
+        """Sparse CSR ``adj_t`` (row = target), cached per edge tensor: a sparse matmul aggregates
+        without materialising one message per edge (a randomized-response graph at ε = 1 has
+        millions of edges)."""
+        from torch_geometric.utils import to_torch_csr_tensor
+
+        key = (edge_index.data_ptr(), tuple(edge_index.shape), n)
+        if getattr(self, "_adj_key", None) != key:
+            with torch.sparse.check_sparse_tensor_invariants(False):
+                self._adj = to_torch_csr_tensor(edge_index.flip(0), size=(n, n))
+            self._adj_key = key
+        return self._adj

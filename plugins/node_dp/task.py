@@ -29,6 +29,18 @@ class NodeClassificationParams(BaseModel):
         "matrix that mechanism of the run's `mechanisms` list released, e.g. "
         "'released:noisy_features'); then training and evaluation never read the raw features."))
 
+    graph: str | None = Field(None, description=(
+        "For a whole-graph model (forward(x, edge_index), e.g. 'sage_full'): the edges it reads, "
+        "'raw' (the dataset's) or 'released:<name>' (a release's edge_index, e.g. RandEdge's). "
+        "Unset: the model reads rows only."))
+
+    @field_validator("graph")
+    @classmethod
+    def _graph(cls, v: str | None) -> str | None:
+        if v is not None and v != RAW and not (v.startswith(RELEASED) and _MECHANISM_NAME.match(v.removeprefix(RELEASED))):
+            raise ValueError("must be 'raw' or 'released:<name>', e.g. 'released:rand_edge'")
+        return v
+
     @field_validator("features")
     @classmethod
     def _features(cls, v: str) -> str:
@@ -65,6 +77,10 @@ class NodeClassification(Task):
 
     def configure(self, config: Any) -> None:
         """Refuse, before data is read, a ``features`` artifact the run's plan does not release before training."""
+        graph = self.params.graph
+        if graph is not None and graph != RAW and graph.removeprefix(RELEASED) not in self.planned_releases:
+            raise ConfigError(f"task.graph: {graph!r} reads a release the run does not make before training "
+                              f"(releases: {list(self.planned_releases) or 'none'})")
         name = self.params.release
         planned = list(self.planned_releases)
         if name is not None and name not in planned:
@@ -143,11 +159,31 @@ class NodeClassification(Task):
     def _device(self, model: Model) -> torch.device:
         return next(model.parameters()).device
 
+    def edges(self) -> torch.Tensor | None:
+        """The ``(2, E)`` edges a whole-graph model reads (``graph``), or None for a row-wise model."""
+        graph = self.params.graph
+        if graph is None:
+            return None
+        if graph == RAW:
+            return self.dataset.edge_index
+        name = graph.removeprefix(RELEASED)
+        edges = self.released.get(name)
+        if not isinstance(edges, torch.Tensor) or edges.dim() != 2 or edges.shape[0] != 2:
+            raise ConfigError(f"task.graph: {name!r} released {type(edges).__name__}, not a (2, E) edge_index")
+        return edges
+
+    def _logits(self, model: Model, x: torch.Tensor, nodes: torch.Tensor | None) -> torch.Tensor:
+        edges = self.edges()
+        if edges is None:
+            return model(x if nodes is None else x[nodes])
+        out = model(x, edges.to(x.device))
+        return out if nodes is None else out[nodes]
+
     def losses(self, model: Model, batch: NodeBatch) -> torch.Tensor:
         device = self._device(model)
         nodes = batch.nodes.to(device)
         x, y = self.features().to(device), self.dataset.y.to(device)
-        return F.cross_entropy(model(x[nodes]), y[nodes], reduction="none")
+        return F.cross_entropy(self._logits(model, x, nodes), y[nodes], reduction="none")
 
     @torch.no_grad()
     def evaluate(self, model: Model) -> dict[str, float]:
@@ -155,7 +191,7 @@ class NodeClassification(Task):
         x, y = self.features().to(device), self.dataset.y.to(device)
         model.eval()
         try:
-            pred = model(x).argmax(dim=1)
+            pred = self._logits(model, x, None).argmax(dim=1)
         finally:
             model.train()
         out = {}

@@ -1,0 +1,122 @@
+"""Paper 4's Table 2 (Cora column) and extra datasets: GDP methods, accuracy ± 95 % CI over seeds.
+
+Each row is a run config of ``examples/`` with overrides, run once per seed through the same
+sweep cells as ``graphveil run`` (seed → sampling, split key, initialisation). Results are
+appended to a JSON-lines file as each cell finishes, and cells already there are skipped, so
+a long benchmark can be resumed or split across processes (``--rows``) and summed up later
+(``--table-only``). Prints a markdown table for the README.
+
+    python bench/gdp.py --dataset cora --seeds 5 --out bench/results/gdp_cora.jsonl
+    python bench/gdp.py --table-only --out bench/results/gdp_cora.jsonl
+
+About 1.5 h for all Cora rows at 5 seeds on 2 CPU cores (see the README for measured times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from graphveil.config import load_config
+from graphveil.host import default_host
+from graphveil.runner import mean_ci95, run_training, sweep_cell
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EDGE = "edge/replacement/predictions"
+NODE = "node/replacement/D=100/predictions"
+K1 = "k_neighbor/replacement/k=1/predictions"
+#: paper 4's dropout: 0.5 non-private and at edge level, 0 at node and k-neighbor level
+DROPOUT = ["model.dropout=0.5"]
+
+#: DP-Emb at node / k-neighbor level: one full-batch step at σ · scale (group of 2D + 1 or k + 1
+#: rows, no amplification): most of the budget goes to the classifier
+GRAPH_SHARE = "method.noise_scale={} method.embedding_training.epochs=1"
+
+#: (setting, method, config, overrides, target ε or None for non-private, paper 4's Cora value)
+ROWS: list[tuple[str, str, str, list[str], float | None, float | None]] = [
+    ("non-private", "DPDGC", "dpdgc_cora.yaml", DROPOUT, None, 82.44),
+    ("non-private", "GAP", "gap_cora.yaml", DROPOUT, None, 86.53),
+    ("non-private", "MLP", "dp_mlp_cora.yaml", DROPOUT, None, 76.48),
+    ("edge ε=1", "DPDGC", "dpdgc_cora.yaml", [f"privacy.unit={EDGE}", *DROPOUT], 1.0, 77.71),
+    ("edge ε=1", "GAP", "gap_cora.yaml", [f"privacy.unit={EDGE}", *DROPOUT], 1.0, 76.95),
+    ("edge ε=1", "RandEdge+SAGE", "rand_edge_sage_cora.yaml", DROPOUT, 1.0, 59.95),
+    ("non-private", "SAGE", "rand_edge_sage_cora.yaml", DROPOUT, None, 84.19),
+    ("N1 ε=16", "DPDGC", "dpdgc_cora.yaml", [f"privacy.unit={K1}", *GRAPH_SHARE.format(50).split()], 16.0, 59.98),
+    ("node ε=16", "DPDGC", "dpdgc_cora.yaml", [f"privacy.unit={NODE}", *GRAPH_SHARE.format(1000).split()],
+     16.0, 58.97),
+    ("node ε=16", "GAP", "gap_cora.yaml", [f"privacy.unit={NODE}"], 16.0, 54.36),
+    ("node ε=16", "DP-MLP", "dp_mlp_cora.yaml", [], 16.0, 64.29),
+]
+
+
+def key(setting: str, method: str, dataset: str, seed: int) -> str:
+    return f"{dataset}|{setting}|{method}|{seed}"
+
+
+def done(paths: list[Path]) -> dict[str, dict[str, Any]]:
+    cells: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    cell = json.loads(line)
+                    cells[key(cell["setting"], cell["method"], cell["dataset"], cell["seed"])] = cell
+    return cells
+
+
+def table(cells: dict[str, dict[str, Any]], dataset: str) -> str:
+    lines = [f"| {dataset} | method | test acc (%) | paper 4 | seeds | σ | s / run |", "|---|---|---|---|---|---|---|"]
+    for setting, method, *_, paper in ROWS:
+        runs = [c for c in cells.values() if (c["setting"], c["method"], c["dataset"]) == (setting, method, dataset)]
+        if not runs:
+            continue
+        mean, half = mean_ci95([100 * c["test_accuracy"] for c in runs])
+        sigma = runs[0]["noise_multiplier"]
+        seconds = sum(c["seconds"] for c in runs) / len(runs)
+        ci = "" if half != half else f" ± {half:.2f}"  # nan: one seed
+        ref = "–" if paper is None or dataset != "cora" else f"{paper:.2f}"
+        lines.append(f"| {setting} | {method} | {mean:.2f}{ci} | {ref} | {len(runs)} | "
+                     f"{sigma:.3g} | {seconds:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default="cora", choices=["cora", "citeseer"])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--rows", default="", help="comma-separated row numbers (0-based) to run; default all")
+    ap.add_argument("--out", type=Path, action="append", help="JSON-lines results (repeatable for --table-only)")
+    ap.add_argument("--table-only", action="store_true", help="print the table of the results so far")
+    args = ap.parse_args(argv)
+    outs = args.out or [Path(f"bench/results/gdp_{args.dataset}.jsonl")]
+    if not args.table_only:
+        host = default_host()
+        chosen = [int(i) for i in args.rows.split(",") if i] or range(len(ROWS))
+        for i in chosen:
+            setting, method, config, overrides, eps, _ = ROWS[i]
+            for seed in range(args.seeds):
+                if key(setting, method, args.dataset, seed) in done(outs):
+                    continue
+                base = load_config(EXAMPLES / config, [f"data.name={args.dataset}", *overrides, "output.progress=false"])
+                cfg = sweep_cell(base, eps, seed, Path("runs/bench-gdp") / args.dataset / f"row{i}", host)
+                started = time.perf_counter()
+                result = run_training(cfg, host=host)
+                row = result["row"]
+                cell = {"dataset": args.dataset, "setting": setting, "method": method, "seed": seed,
+                        "test_accuracy": row["test_accuracy"], "val_accuracy": row["val_accuracy"],
+                        "epsilon": row["epsilon"], "noise_multiplier": row["noise_multiplier"],
+                        "seconds": time.perf_counter() - started}
+                with outs[0].open("a") as f:
+                    f.write(json.dumps(cell) + "\n")
+                print(f"{setting:12s} {method:7s} seed {seed}: acc {100 * row['test_accuracy']:.2f} "
+                      f"ε {row['epsilon']:.3f} ({cell['seconds']:.0f} s)", flush=True)
+    print(table(done(outs), args.dataset))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
