@@ -65,7 +65,29 @@ def _edge_index(data: Data) -> tuple[torch.Tensor, int]:
     return edge_index, num_nodes
 
 
-class OutDegreeBound(BaseTransform):
+class _DegreeTransform(BaseTransform):
+    """A transform that keeps a random subset of the columns, bounded by ``max_degree``:
+    subclasses give :meth:`keep_mask`; ``last_dropped`` counts the columns the last call dropped."""
+
+    def __init__(self, max_degree: int, generator: torch.Generator | None = None) -> None:
+        self.max_degree = _positive_int("max_degree", max_degree)
+        self.generator = _generator(generator)
+        self.last_dropped: int | None = None
+
+    def keep_mask(self, edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, data: Data) -> Data:
+        edge_index, num_nodes = _edge_index(data)
+        keep = self.keep_mask(edge_index, num_nodes)
+        self.last_dropped = int((~keep).sum())
+        return data.edge_subgraph(keep)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_degree={self.max_degree})"
+
+
+class OutDegreeBound(_DegreeTransform):
     """Bound every node's out-degree by ``max_degree`` = D (paper 4's node-level GDP assumption).
 
     Guarantees, for every node ``r`` in ``0..N-1`` (the last one included — GAP's and dp-gnn's
@@ -92,11 +114,6 @@ class OutDegreeBound(BaseTransform):
     is an out-edge of its node.
     """
 
-    def __init__(self, max_degree: int, generator: torch.Generator | None = None) -> None:
-        self.max_degree = _positive_int("max_degree", max_degree)
-        self.generator = _generator(generator)
-        self.last_dropped: int | None = None
-
     def keep_mask(self, edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
         """``(E,)`` bool mask of the columns kept (see the class docstring)."""
         src = edge_index[0]
@@ -112,17 +129,8 @@ class OutDegreeBound(BaseTransform):
         keep[order] = rank < self.max_degree
         return keep
 
-    def forward(self, data: Data) -> Data:
-        edge_index, num_nodes = _edge_index(data)
-        keep = self.keep_mask(edge_index, num_nodes)
-        self.last_dropped = int((~keep).sum())
-        return data.edge_subgraph(keep)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(max_degree={self.max_degree})"
-
-
-class DegreeCap(BaseTransform):
+class DegreeCap(_DegreeTransform):
     """Cap every node's degree at ``max_degree`` = K in an undirected graph, keeping it symmetric.
 
     Input: an undirected graph in PyG's layout, every column (u, v) matched by a column (v, u)
@@ -139,11 +147,6 @@ class DegreeCap(BaseTransform):
     the columns (both directions) dropped by the last call. Runs a Python loop over the edges
     that touch a node of degree > K only (lighter nodes can never block an edge).
     """
-
-    def __init__(self, max_degree: int, generator: torch.Generator | None = None) -> None:
-        self.max_degree = _positive_int("max_degree", max_degree)
-        self.generator = _generator(generator)
-        self.last_dropped: int | None = None
 
     def keep_mask(self, edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
         """``(E,)`` bool mask of the columns kept (see the class docstring)."""
@@ -180,15 +183,6 @@ class DegreeCap(BaseTransform):
         keep[unit_a[keep_unit]] = True
         keep[unit_b[keep_unit]] = True
         return keep.to(edge_index.device)
-
-    def forward(self, data: Data) -> Data:
-        edge_index, num_nodes = _edge_index(data)
-        keep = self.keep_mask(edge_index, num_nodes)
-        self.last_dropped = int((~keep).sum())
-        return data.edge_subgraph(keep)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(max_degree={self.max_degree})"
 
 
 class DpGnnPreprocess(BaseTransform):

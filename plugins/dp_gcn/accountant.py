@@ -19,9 +19,6 @@ from graphveil.profiles import (
     SensitivityProfile,
 )
 
-#: replace-one sensitivity of a sum of per-split-clipped gradients, in units of C
-REPLACEMENT_SENSITIVITY = 2.0
-
 
 def split_step_event(num_splits: int, batch_size: int, noise_multiplier: float) -> Any:
     """The dp-accounting event of one step: ``SampledWithoutReplacementDpEvent(s, b, Gaussian(σ/2))``.
@@ -32,10 +29,11 @@ def split_step_event(num_splits: int, batch_size: int, noise_multiplier: float) 
     With s = b = 1 (the whole training graph every step) this is the Gaussian mechanism
     ``GaussianDpEvent(σ/2)`` itself.
     """
-    import dp_accounting  # here, not at import: it costs seconds of CLI start-up
+    from graphveil.plugins.node_dp.accountant import (
+        node_step_event,  # node_rdp's step, a split per example
+    )
 
-    return dp_accounting.SampledWithoutReplacementDpEvent(
-        num_splits, batch_size, dp_accounting.GaussianDpEvent(noise_multiplier / REPLACEMENT_SENSITIVITY))
+    return node_step_event(num_splits, batch_size, noise_multiplier)
 
 
 class SplitRdpAccountant(RdpAccountantBase):

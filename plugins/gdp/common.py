@@ -9,6 +9,7 @@ import torch
 
 from graphveil.errors import ConfigError
 from graphveil.mechanisms import Mechanism
+from graphveil.methods import Train
 from graphveil.plugins.gdp.levels import GdpLevel
 from graphveil.plugins.node_dp.units import NODE_GDP
 from graphveil.units import PrivacyUnit
@@ -79,3 +80,33 @@ def aggregate(h: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
 def row_normalise(h: torch.Tensor) -> torch.Tensor:
     """Every row to ℓ2 norm 1 (a zero row stays zero, norm 0 ≤ 1)."""
     return torch.nn.functional.normalize(h, dim=1)
+
+
+#: why a GDP method's classifier may train without noise at edge level
+EDGE_REASON = ("edge-level GDP: node features and labels are public and the classifier reads only "
+               "released aggregates and features, row by row (paper 4, App. G)")
+
+
+def plan_level(config: Any, method: str, mechanisms: Any, *, needs_degree_bound: bool,
+               reads: tuple[str, str]) -> GdpLevel:
+    """The run's GDP level, after the checks every GDP method's plan makes before data is read:
+    a private run states its level in ``privacy.unit``; the task reads the method's release
+    (``reads`` = (task option, artifact name)); the run config places no ``mechanisms``."""
+    unit = config.privacy.privacy_unit if config.privacy.enabled else None
+    if config.privacy.enabled and unit is None:
+        raise ConfigError(f"method {method!r}: state the GDP level in privacy.unit, e.g. "
+                          "'node/replacement/D=100/predictions' or 'edge/replacement/predictions'")
+    level = GdpLevel.of(unit, method=method, needs_degree_bound=needs_degree_bound)
+    option, artifact = reads
+    value = config.task.params.get(option)
+    if value != f"released:{artifact}":
+        raise ConfigError(f"method {method!r} trains on its release: set task {option}: "
+                          f"'released:{artifact}' (got {value!r})")
+    if mechanisms:
+        raise ConfigError(f"method {method!r} places its own releases; remove the `mechanisms` section")
+    return level
+
+
+def train_stage(level: GdpLevel, reason: str = EDGE_REASON) -> Train:
+    """DP-SGD for the final model, without noise at edge level (it reads nothing protected)."""
+    return Train(private=False, reason=reason) if level.edge_level else Train()

@@ -31,9 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphveil.errors import ConfigError
 from graphveil.mechanisms import Mechanism
-from graphveil.methods import Method, Plan, Release, Train
-from graphveil.plugins.gdp.common import GdpRelease, aggregation_edges, node_data, row_normalise
-from graphveil.plugins.gdp.gap import _EDGE_REASON, _level, _reads
+from graphveil.methods import Method, Plan, Release
+from graphveil.plugins.gdp.common import (
+    GdpRelease,
+    aggregation_edges,
+    node_data,
+    plan_level,
+    row_normalise,
+    train_stage,
+)
 from graphveil.plugins.gdp.levels import GdpLevel
 from graphveil.plugins.gdp.modules import AdjacencyEmbedding
 from graphveil.plugins.gdp.row_training import StageParams, fit_rows, stage_event
@@ -115,13 +121,9 @@ class Dpdgc(Method):
     Params = DpdgcParams
 
     def plan(self, config: Any, mechanisms: Sequence[tuple[str, Mechanism]]) -> Plan:
-        level = _level(config, "dpdgc", needs_degree_bound=False)
-        _reads(config, EMBEDDING, "dpdgc")
-        if mechanisms:
-            raise ConfigError("method 'dpdgc' places its own release; remove the `mechanisms` section")
+        level = plan_level(config, "dpdgc", mechanisms, needs_degree_bound=False, reads=("features", EMBEDDING))
         width = config.network.params.get("embedding_width")
         if width is not None and width != self.params.hidden:
             raise ConfigError(f"model.embedding_width ({width}) must equal method.hidden ({self.params.hidden}): "
                               "the classifier splits [X ‖ Z] at that width")
-        train = Train(private=False, reason=_EDGE_REASON) if level.edge_level else Train()
-        return Plan((Release(EMBEDDING, DpEmbedding(level, self.params, seed=config.seed)), train))
+        return Plan((Release(EMBEDDING, DpEmbedding(level, self.params, seed=config.seed)), train_stage(level)))

@@ -28,13 +28,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphveil.errors import ConfigError
 from graphveil.mechanisms import Mechanism
-from graphveil.methods import Method, Plan, Release, Train
+from graphveil.methods import Method, Plan, Release
 from graphveil.plugins.gdp.common import (
     GdpRelease,
     aggregate,
     aggregation_edges,
     node_data,
+    plan_level,
     row_normalise,
+    train_stage,
 )
 from graphveil.plugins.gdp.levels import GdpLevel
 from graphveil.plugins.gdp.modules import FeatureEncoder
@@ -42,8 +44,6 @@ from graphveil.plugins.gdp.row_training import StageParams, fit_rows, stage_even
 
 ENCODER = "gap_encoder"
 AGGREGATES = "gap_aggregates"
-_EDGE_REASON = ("edge-level GDP: node features and labels are public and the classifier reads only "
-                "released aggregates and features, row by row (paper 4, App. G)")
 
 
 class GapEncoder(GdpRelease):
@@ -134,26 +134,8 @@ class Gap(Method):
     Params = GapParams
 
     def plan(self, config: Any, mechanisms: Sequence[tuple[str, Mechanism]]) -> Plan:
-        level = _level(config, "gap", needs_degree_bound=True)
-        _reads(config, AGGREGATES, "gap")
-        if mechanisms:
-            raise ConfigError("method 'gap' places its own releases; remove the `mechanisms` section")
-        stages: list[Any] = [Release(ENCODER, GapEncoder(level, self.params, seed=config.seed)),
-                             Release(AGGREGATES, Pma(level, self.params.hops, seed=config.seed))]
-        stages.append(Train(private=False, reason=_EDGE_REASON) if level.edge_level else Train())
-        return Plan(tuple(stages))
+        level = plan_level(config, "gap", mechanisms, needs_degree_bound=True, reads=("features", AGGREGATES))
+        return Plan((Release(ENCODER, GapEncoder(level, self.params, seed=config.seed)),
+                     Release(AGGREGATES, Pma(level, self.params.hops, seed=config.seed)),
+                     train_stage(level)))
 
-
-def _level(config: Any, method: str, *, needs_degree_bound: bool) -> GdpLevel:
-    unit = config.privacy.privacy_unit if config.privacy.enabled else None
-    if config.privacy.enabled and unit is None:
-        raise ConfigError(f"method {method!r}: state the GDP level in privacy.unit, e.g. "
-                          "'node/replacement/D=100/predictions' or 'edge/replacement/predictions'")
-    return GdpLevel.of(unit, method=method, needs_degree_bound=needs_degree_bound)
-
-
-def _reads(config: Any, artifact: str, method: str) -> None:
-    features = config.task.params.get("features")
-    if features != f"released:{artifact}":
-        raise ConfigError(f"method {method!r} trains its classifier on its release: set task "
-                          f"features: 'released:{artifact}' (got {features!r})")

@@ -24,9 +24,8 @@ import torch
 
 from graphveil.errors import ConfigError
 from graphveil.mechanisms import Mechanism
-from graphveil.methods import Method, Plan, Release, Train
-from graphveil.plugins.gdp.common import node_data
-from graphveil.plugins.gdp.gap import _level
+from graphveil.methods import Method, Plan, Release
+from graphveil.plugins.gdp.common import node_data, plan_level, train_stage
 from graphveil.plugins.node_dp.units import NODE_GDP
 from graphveil.units import PrivacyUnit
 
@@ -68,17 +67,12 @@ class RandEdgeSage(Method):
     """RandEdge (ε-DP on the adjacency) then non-private GraphSAGE on the released graph."""
 
     def plan(self, config: Any, mechanisms: Sequence[tuple[str, Mechanism]]) -> Plan:
-        level = _level(config, "rand_edge_sage", needs_degree_bound=False)
+        level = plan_level(config, "rand_edge_sage", mechanisms, needs_degree_bound=False, reads=("graph", GRAPH))
         if level.private and not level.edge_level:
             raise ConfigError("method 'rand_edge_sage' protects edges only: privacy.unit must be "
                               "'edge/replacement/predictions' or 'undirected_edge/replacement/predictions'")
-        if config.task.params.get("graph") != f"released:{GRAPH}":
-            raise ConfigError(f"method 'rand_edge_sage' trains on its release: set task graph: 'released:{GRAPH}'")
-        if mechanisms:
-            raise ConfigError("method 'rand_edge_sage' places its own release; remove the `mechanisms` section")
         eps = config.privacy.target_epsilon if level.private else None
-        seed = config.privacy.research_noise_seed
-        rr = RandEdge(level.unit, eps, seed)
-        return Plan((Release(GRAPH, rr), Train(private=False, reason=(
+        rr = RandEdge(level.unit, eps, config.privacy.research_noise_seed)
+        return Plan((Release(GRAPH, rr), train_stage(level, reason=(
             "edge-level GDP: GraphSAGE reads the randomized-response graph (released) and public "
             "features and labels: post-processing"))))
