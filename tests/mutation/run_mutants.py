@@ -188,6 +188,36 @@ MUTANTS: tuple[Mutant, ...] = (
           "        step_fn = dp_step if private else nonprivate_step\n",
           "        step_fn = nonprivate_step  # MUTANT: private run without DP\n"),),
     ),
+    Mutant(
+        "dpdgc-projection", "DPDGC's projection of W⁽ᴬ⁾ onto rows of norm c after every step",
+        (("plugins/gdp/dpdgc.py",
+          "                 after_step=model.project)\n",
+          "                 after_step=None)  # MUTANT: projection dropped\n"),),
+    ),
+    Mutant(
+        "dpdgc-group", "DP-Emb's group of 2D + 1 changed rows at node level (the paper's D + 1 instead)",
+        (("plugins/gdp/levels.py",
+          "            return 2 * self.unit.degree_bound + 1\n",
+          "            return self.unit.degree_bound + 1  # MUTANT: D + 1\n"),),
+    ),
+    Mutant(
+        "pma-sensitivity", "PMA's per-hop sensitivity 2√D at node level (√D instead)",
+        (("plugins/gdp/levels.py",
+          "        return 2.0 * math.sqrt(self.unit.degree_bound)\n",
+          "        return math.sqrt(self.unit.degree_bound)  # MUTANT: factor 2 dropped\n"),),
+    ),
+    Mutant(
+        "pure-basic-composition", "basic composition of pure-ε releases (the largest ε instead of the sum)",
+        (("framework/privacy/rdp_accountant.py",
+          "        return float(sum(self._pure))\n",
+          "        return float(max(self._pure))  # MUTANT: max instead of sum\n"),),
+    ),
+    Mutant(
+        "node-rdp-structures", "node_rdp's restriction to row-wise models (a neighbour-reading model accepted)",
+        (("plugins/node_dp/accountant.py",
+          "    structures: ClassVar[frozenset[ExampleStructure]] = frozenset({ExampleStructure.ROWS})\n",
+          "    structures = None  # MUTANT: any model structure\n"),),
+    ),
 )
 
 # Not a real mutant: breaks the import of graphveil in the copy. --self-test runs it to prove
