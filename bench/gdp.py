@@ -9,6 +9,13 @@ a long benchmark can be resumed or split across processes (``--rows``) and summe
     python bench/gdp.py --dataset cora --seeds 5 --out bench/results/gdp_cora.jsonl
     python bench/gdp.py --table-only --out bench/results/gdp_cora.jsonl
 
+Datasets (``--dataset``): ``cora`` (bundled with GraphVeil), ``citeseer`` (Planetoid raw files)
+and ``twitch`` (MUSAE Twitch ENGB, label: mature) from the project's data folder (``--data``,
+default ``shared/data`` next to the repository; not shipped to users). Every dataset gets the
+same protocol: dp-gnn's preprocessing (CiteSeer: its 48 isolated nodes removed, 3327 → 3279
+nodes, while PyG's 15 zero-feature rows padded in for missing test documents have edges and stay,
+with class 0; Twitch ENGB: nothing removed) and the keyed 0.1 / 0.15 random node split.
+
 About 1.5 h for all Cora rows at 5 seeds on 2 CPU cores (see the README for measured times).
 """
 
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -26,6 +34,14 @@ from graphveil.host import default_host
 from graphveil.runner import mean_ci95, run_training, sweep_cell
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+#: the project's offline datasets (shared/data next to the repository; see its README.md)
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+#: dataset → (folder under --data or None for bundled data, overrides of the Cora examples' data section)
+DATASETS: dict[str, tuple[str | None, list[str]]] = {
+    "cora": (None, ["data.name=cora"]),
+    "citeseer": ("planetoid/CiteSeer", ["data.name=citeseer"]),
+    "twitch": ("social/musae_twitch_ENGB", ["data.source=twitch", "data.name=ENGB"]),
+}
 EDGE = "edge/replacement/predictions"
 NODE = "node/replacement/D=100/predictions"
 K1 = "k_neighbor/replacement/k=1/predictions"
@@ -50,6 +66,7 @@ ROWS: list[tuple[str, str, str, list[str], float | None, float | None]] = [
      16.0, 58.97),
     ("node ε=16", "GAP", "gap_cora.yaml", [f"privacy.unit={NODE}"], 16.0, 54.36),
     ("node ε=16", "DP-MLP", "dp_mlp_cora.yaml", [], 16.0, 64.29),
+    ("node ε=16", "DP-SAGE", "dp_sage_cora.yaml", [], 16.0, 15.86),
 ]
 
 
@@ -76,17 +93,31 @@ def table(cells: dict[str, dict[str, Any]], dataset: str) -> str:
             continue
         mean, half = mean_ci95([100 * c["test_accuracy"] for c in runs])
         sigma = runs[0]["noise_multiplier"]
+        sigma_text = f"{sigma:.3g}" if sigma else "–"  # non-private: no noise
         seconds = sum(c["seconds"] for c in runs) / len(runs)
         ci = "" if half != half else f" ± {half:.2f}"  # nan: one seed
         ref = "–" if paper is None or dataset != "cora" else f"{paper:.2f}"
         lines.append(f"| {setting} | {method} | {mean:.2f}{ci} | {ref} | {len(runs)} | "
-                     f"{sigma:.3g} | {seconds:.0f} |")
+                     f"{sigma_text} | {seconds:.0f} |")
     return "\n".join(lines)
+
+
+def data_overrides(dataset: str, root: Path) -> list[str]:
+    """The ``data.*`` overrides that point the Cora examples at ``dataset``."""
+    folder, overrides = DATASETS[dataset]
+    if folder is None:
+        return list(overrides)
+    path = root / folder
+    if not path.is_dir():
+        raise SystemExit(f"bench/gdp.py: {dataset}: no folder {path} (set --data to the folder holding "
+                         f"{folder}; see shared/data/README.md)")
+    return [*overrides, f"data.path={path}"]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", default="cora", choices=["cora", "citeseer"])
+    ap.add_argument("--dataset", default="cora", choices=list(DATASETS))
+    ap.add_argument("--data", type=Path, default=DATA, help=f"offline datasets folder (default: {DATA})")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--rows", default="", help="comma-separated row numbers (0-based) to run; default all")
     ap.add_argument("--out", type=Path, action="append", help="JSON-lines results (repeatable for --table-only)")
@@ -95,14 +126,17 @@ def main(argv: list[str] | None = None) -> int:
     outs = args.out or [Path(f"bench/results/gdp_{args.dataset}.jsonl")]
     if not args.table_only:
         host = default_host()
+        data = data_overrides(args.dataset, args.data)
         chosen = [int(i) for i in args.rows.split(",") if i] or range(len(ROWS))
         for i in chosen:
             setting, method, config, overrides, eps, _ = ROWS[i]
             for seed in range(args.seeds):
                 if key(setting, method, args.dataset, seed) in done(outs):
                     continue
-                base = load_config(EXAMPLES / config, [f"data.name={args.dataset}", *overrides, "output.progress=false"])
+                base = load_config(EXAMPLES / config, [*data, *overrides, "output.progress=false"])
                 cfg = sweep_cell(base, eps, seed, Path("runs/bench-gdp") / args.dataset / f"row{i}", host)
+                # a run folder without a result line is an interrupted cell: run it again from scratch
+                shutil.rmtree(cfg.output.dir, ignore_errors=True)
                 started = time.perf_counter()
                 result = run_training(cfg, host=host)
                 row = result["row"]

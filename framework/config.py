@@ -126,7 +126,7 @@ class DataConfig(BaseModel):
     source: str = Field("citeseer", description=(
         "Registered data source (see `graphveil plugins`); built in: citeseer (the CiteSeer text graph "
         "bundled with GraphVeil), citeseer_tape (a TAPE CiteSeer folder), edge_list (edges CSV/TSV + "
-        "entity table), parquet (relation + entity Parquet tables), pyg (a saved torch_geometric Data), planetoid (Cora bundled, or CiteSeer). "
+        "entity table), parquet (relation + entity Parquet tables), pyg (a saved torch_geometric Data), planetoid (Cora bundled, or CiteSeer), twitch (a MUSAE Twitch folder). "
         "Its options go next to it, e.g. data.path."))
     split: SplitConfig = Field(default_factory=SplitConfig)
     max_entities: int | None = Field(None, gt=0, description="Keep only the first N entities (quick runs).")

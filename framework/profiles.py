@@ -63,6 +63,9 @@ class SamplingProfile:
     :param degree_cap: K, the maximum degree after capping (None if not capped).
     :param k_neg: negatives per positive.
     :param batch_size: b, the fixed batch size of ``UNIFORM_WOR`` (0 for Poisson sampling).
+    :param examples_per_unit: G, the most examples one privacy unit can change (1 unless a
+        unit's data lies in several examples, e.g. a node in the rooted subgraphs of many roots;
+        ``None``: unbounded, which no accountant analyses).
     """
 
     kind: SamplingKind
@@ -72,6 +75,7 @@ class SamplingProfile:
     degree_cap: int | None = None
     k_neg: int = 0
     batch_size: int = 0
+    examples_per_unit: int | None = 1
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import torch
 from hypothesis import strategies as st
 
 from graphveil.data.graph import RelationalGraph
+from graphveil.data.node_graph import NodeGraph
 
 
 def make_graph(num_nodes: int, pairs: list[tuple[int, int]] | torch.Tensor, name: str = "g") -> RelationalGraph:
@@ -24,3 +25,19 @@ def graphs(draw: st.DrawFn, min_nodes: int = 3, max_nodes: int = 16, max_edges: 
     node = st.integers(0, n - 1)
     pairs = draw(st.lists(st.tuples(node, node).filter(lambda p: p[0] != p[1]), min_size=1, max_size=max_edges))
     return make_graph(n, pairs)
+
+
+def hub_node_graph(n: int = 160, f: int = 24, classes: int = 3, seed: int = 0) -> NodeGraph:
+    """A homophilous random graph with some high-degree hubs (so the bound D binds)."""
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.arange(n) % classes
+    x = (torch.randn(classes, f, generator=gen) * 1.5)[y] + torch.randn(n, f, generator=gen)
+    pairs = set()
+    for u in range(n):
+        for _ in range(12 if u < 4 else 2):
+            v = int(torch.randint(n, (1,), generator=gen))
+            if v != u and (y[u] == y[v] or bool(torch.rand(1, generator=gen) < 0.2)):
+                pairs.add((min(u, v), max(u, v)))
+    e = torch.tensor(sorted(pairs)).t()
+    edges = torch.cat([e, e.flip(0)], dim=1)
+    return NodeGraph("hubs", x, y, edges, [f"v{i}" for i in range(n)], [f"c{c}" for c in range(classes)])

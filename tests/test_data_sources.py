@@ -16,7 +16,7 @@ from graphveil.errors import ConfigError
 from graphveil.hookspecs import hookimpl
 from graphveil.host import PluginHost, default_host
 
-BUILTIN = {"citeseer", "citeseer_tape", "edge_list", "parquet", "planetoid", "pyg"}
+BUILTIN = {"citeseer", "citeseer_tape", "edge_list", "parquet", "planetoid", "pyg", "twitch"}
 # The run config of the node-classification example, exactly.
 EXAMPLE_DATA = yaml.safe_load(
     "data: {source: planetoid, name: cora, split: {kind: random_node, val_fraction: 0.1, test_fraction: 0.15, seed: 0}}"
@@ -76,7 +76,7 @@ def test_resolved_config_round_trips(tmp_path: Path) -> None:
         ({"source": "planetoid", "preprocess": "gcn"}, r"data\.preprocess: Input should be 'dp_gnn' or 'none' \(got 'gcn'\)"),
         ({"source": "planetoid", "bogus": 1}, r"data\.bogus: not an option of source 'planetoid' \(its options: name, path, preprocess, check_sha256\)"),
         ({"source": "planetoid", "entities": "t.csv"}, r"data\.entities applies only to sources 'edge_list', 'parquet' \(source is 'planetoid'\)"),
-        ({"source": "citeseer", "path": "x"}, r"data\.path applies only to sources 'citeseer_tape', 'edge_list', 'parquet', 'planetoid', 'pyg' \(source is 'citeseer'\)"),
+        ({"source": "citeseer", "path": "x"}, r"data\.path applies only to sources 'citeseer_tape', 'edge_list', 'parquet', 'planetoid', 'pyg', 'twitch' \(source is 'citeseer'\)"),
         ({"source": "edge_list", "path": "e.csv"}, r"data\.entities is required for source 'edge_list'"),
         ({"source": "pyg"}, r"data\.path is required for source 'pyg'"),
         ({"source": "planetoid", "split": {"kind": "random_node", "val_fraction": 0.5, "test_fraction": 0.5}},

@@ -19,11 +19,11 @@ import dp_accounting
 import numpy as np
 import pytest
 import torch
+from _graphs import hub_node_graph as graph
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphveil.config import config_from_dict
-from graphveil.data.node_graph import NodeGraph
 from graphveil.errors import ConfigError, PrivacyError
 from graphveil.host import PluginHost
 from graphveil.methods import Train
@@ -158,22 +158,6 @@ def test_aggregate_sums_in_neighbours() -> None:
 
 
 # ----------------------------------------------------------------------------- runs
-
-
-def graph(n: int = 160, f: int = 24, classes: int = 3, seed: int = 0) -> NodeGraph:
-    """A homophilous random graph with some high-degree hubs (so the bound D binds)."""
-    gen = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % classes
-    x = (torch.randn(classes, f, generator=gen) * 1.5)[y] + torch.randn(n, f, generator=gen)
-    pairs = set()
-    for u in range(n):
-        for _ in range(12 if u < 4 else 2):
-            v = int(torch.randint(n, (1,), generator=gen))
-            if v != u and (y[u] == y[v] or bool(torch.rand(1, generator=gen) < 0.2)):
-                pairs.add((min(u, v), max(u, v)))
-    e = torch.tensor(sorted(pairs)).t()
-    edges = torch.cat([e, e.flip(0)], dim=1)
-    return NodeGraph("hubs", x, y, edges, [f"v{i}" for i in range(n)], [f"c{c}" for c in range(classes)])
 
 
 BATCH = 16

@@ -16,6 +16,7 @@ from graphveil.data.node_split import NodeSplit, planetoid_full_split, random_no
 from graphveil.data.parquet import load_parquet
 from graphveil.data.planetoid import load_planetoid
 from graphveil.data.split import transfer_split
+from graphveil.data.twitch import load_twitch
 
 __all__ = [
     "NodeGraph",
@@ -30,6 +31,7 @@ __all__ = [
     "load_parquet",
     "load_planetoid",
     "load_pyg",
+    "load_twitch",
     "loaders",
     "planetoid_full_split",
     "random_node_split",

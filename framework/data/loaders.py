@@ -9,11 +9,12 @@ The built-in sources are plugins (``graphveil.plugins.standard.data_sources``) c
 ``parquet``        :func:`graphveil.data.parquet.load_parquet`: the same from Parquet tables, streamed
 ``pyg``            :func:`load_pyg`: a ``torch_geometric.data.Data`` (or a ``torch.save`` of one)
 ``planetoid``      :func:`graphveil.data.planetoid.load_planetoid`: Cora (bundled) or CiteSeer
+``twitch``         :func:`graphveil.data.twitch.load_twitch`: a MUSAE Twitch graph (label: mature)
 =================  =======================================================================
 
 The relational loaders return a validated :class:`RelationalGraph` (see
-:mod:`graphveil.data.validate` for what is refused and what is cleaned); ``planetoid`` returns a
-:class:`~graphveil.data.node_graph.NodeGraph`.
+:mod:`graphveil.data.validate` for what is refused and what is cleaned); ``planetoid`` and
+``twitch`` return a :class:`~graphveil.data.node_graph.NodeGraph`.
 
 CiteSeer STATS (bundled and TAPE folder, identical): 3186 entities with text, 6 classes,
 4732 citation lines → 4225 undirected relations after dropping 335 lines naming one of the

@@ -6,8 +6,8 @@ sampled-without-replacement Gaussian under replace-one adjacency (dp-accounting)
 prediction reads only the released weights and its own features, so predictions are covered
 too (GDP, paper 4 Def. 4.2, with the replaced node r ≠ the predicted node v).
 
-Also the ``sage`` model (GraphSAGE on rooted subgraphs, :mod:`graphveil.subgraph_batch`): the
-model a DP-SAGE method will train; no sampler or accountant analyses rooted subgraphs yet.
+Also the ``sage`` model (GraphSAGE on rooted subgraphs, :mod:`graphveil.subgraph_batch`), which
+the GDP plugin's ``dp_sage`` method trains with its own sampler and accountant.
 """
 
 from graphveil.hookspecs import hookimpl

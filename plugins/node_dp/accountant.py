@@ -54,6 +54,10 @@ class NodeReplaceRdpAccountant(RowWiseGdpUnits, RdpAccountantBase):
         n, b = int(sampling.num_records), int(sampling.batch_size)
         if not 1 <= b <= n:
             raise PrivacyError(f"need 1 <= batch size <= n, got b={b}, n={n}")
+        if sampling.examples_per_unit != 1:
+            raise PrivacyError(f"accountant {self.mechanism!r} analyses one example per node; the sampler's "
+                               f"examples share nodes (up to {sampling.examples_per_unit} per node): use "
+                               "an accountant for rooted subgraphs (rooted_rdp)")
         if not (sensitivity.clip_norm > 0 and math.isfinite(sensitivity.clip_norm)):
             raise PrivacyError(f"clip norm C must be a finite number > 0, got {sensitivity.clip_norm!r}")
         self._n, self._b = n, b

@@ -2,8 +2,9 @@
 
 The building block of a DP-SAGE-style method (issue 8): per-example gradients are exact because
 a :class:`~graphveil.subgraph_batch.SubgraphBatch` keeps every example's message passing inside
-its own graph. This module provides the model only; the privacy analysis of rooted subgraphs
-(one node reaches the subgraphs of many roots) needs its own sampler and accountant.
+its own graph. The privacy analysis of rooted subgraphs (one node reaches the subgraphs of many roots) is in
+:mod:`graphveil.plugins.gdp.rooted` (sampler ``root_subgraphs``) and
+:mod:`graphveil.plugins.gdp.rooted_accountant` (accountant ``rooted_rdp``); method ``dp_sage``.
 """
 
 from __future__ import annotations
@@ -73,9 +74,18 @@ class SAGE(Model):
             raise ConfigError(f"model 'sage' reads each example's root: it needs a rooted SubgraphBatch "
                               f"(rooted_subgraphs), got {type(batch).__name__} without roots")
         device = next(self.parameters()).device
-        h, edge_index = batch.graphs.x.to(device), batch.graphs.edge_index.to(device)
+        return self.full_graph(batch.graphs.x.to(device), batch.graphs.edge_index.to(device))[roots.to(device)]
+
+    def full_graph(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        """``(n, classes)`` logits of every node of one graph (``edge_index``: source → target).
+
+        Equal, node by node, to the root outputs on rooted subgraphs of at least ``layers`` hops.
+        Inference only under DP: one node's output reads its whole neighbourhood."""
+        if self.convs is None:
+            raise ConfigError("model 'sage' is not prepared (call prepare(data) first)")
+        h = x
         for i, conv in enumerate(self.convs):
             h = conv(h, edge_index)
             if i < len(self.convs) - 1:
                 h = self.drop(self.act(h))
-        return h[roots.to(device)]
+        return h

@@ -186,18 +186,20 @@ class NodeClassification(Task):
         return F.cross_entropy(self._logits(model, x, nodes), y[nodes], reduction="none")
 
     @torch.no_grad()
-    def evaluate(self, model: Model) -> dict[str, float]:
-        device = self._device(model)
-        x, y = self.features().to(device), self.dataset.y.to(device)
+    def predicted(self, model: Model) -> torch.Tensor:
+        """``(n,)`` predicted class of every node, on the CPU (the model in eval mode)."""
+        x = self.features().to(self._device(model))
         model.eval()
         try:
-            pred = self._logits(model, x, None).argmax(dim=1)
+            return self._logits(model, x, None).argmax(dim=1).cpu()
         finally:
             model.train()
+
+    def evaluate(self, model: Model) -> dict[str, float]:
+        pred, y = self.predicted(model), self.dataset.y.cpu()
         out = {}
         for name, idx in (("test", self.split.test), ("val", self.split.val)):
-            idx = idx.to(device)
             out[f"{name}_accuracy"] = float((pred[idx] == y[idx]).float().mean()) if idx.numel() else float("nan")
-        majority = int(torch.bincount(y[self.split.train.to(device)]).argmax())
-        out["majority_accuracy"] = float((y[self.split.test.to(device)] == majority).float().mean())
+        majority = int(torch.bincount(y[self.split.train]).argmax())
+        out["majority_accuracy"] = float((y[self.split.test] == majority).float().mean())
         return out

@@ -2,9 +2,9 @@
 
 Options sit next to ``source`` in the run config's ``data`` section, e.g.
 ``data: {source: edge_list, path: e.csv, entities: t.csv, source_col: id_1, target_col: id_2}``,
-``data: {source: parquet, path: relations.parquet, entities: entities.parquet}`` or
-``data: {source: planetoid, name: cora}``. Messages of the validators below name the keys
-as a user writes them (``data.<key>``).
+``data: {source: parquet, path: relations.parquet, entities: entities.parquet}``,
+``data: {source: planetoid, name: cora}`` or ``data: {source: twitch, path: musae_twitch_ENGB}``.
+Messages of the validators below name the keys as a user writes them (``data.<key>``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from graphveil.components import NoParams
 from graphveil.data.graph import RelationalGraph
@@ -194,6 +194,41 @@ class PlanetoidSource(DataSource):
         return load_planetoid(p.name, p.path, preprocess=p.preprocess, check_sha256=p.check_sha256)
 
 
+class TwitchOptions(_Options):
+    path: Path = Field(description=(
+        "Folder of a MUSAE Twitch graph: <L>_edges.csv (from,to), <L>.json (node id -> feature ids), "
+        "<L>_target.csv (id,days,mature,views,partner,new_id); also MUSAE's input/ folder (edges/, "
+        "features/, target/) or SNAP's musae_<L>_* files. Nothing is ever downloaded."))
+    name: str | None = Field(None, description=(
+        "Language code L (MUSAE ships DE, ENGB, ES, FR, PTBR, RU; case-insensitive). "
+        "Default (null): read from the file names; needed when the folder holds several."))
+    num_features: int | None = Field(None, gt=0, description=(
+        "Width of the multi-hot game features (default: largest feature id + 1, 3170 on ENGB); "
+        "set it to line up graphs of several languages."))
+    preprocess: Literal["dp_gnn", "none"] = Field("dp_gnn", description=(
+        "dp_gnn: as for planetoid (classes with < 50 nodes and isolated nodes removed; none on "
+        "ENGB); none: the graph as read."))
+
+    @field_validator("name")
+    @classmethod
+    def _language(cls, value: str | None) -> str | None:
+        from graphveil.data.twitch import language_code
+
+        return None if value is None else language_code(value)
+
+
+class TwitchSource(DataSource):
+    """A MUSAE Twitch social graph (data.path; label: mature) as a node-classification graph."""
+
+    Params = TwitchOptions
+
+    def load(self) -> NodeGraph:
+        from graphveil.data.twitch import load_twitch
+
+        p = self.params
+        return load_twitch(p.path, p.name, num_features=p.num_features, preprocess=p.preprocess)
+
+
 SOURCES = {
     "citeseer": CiteSeerSource,
     "citeseer_tape": CiteSeerTapeSource,
@@ -201,6 +236,7 @@ SOURCES = {
     "parquet": ParquetSource,
     "pyg": PygSource,
     "planetoid": PlanetoidSource,
+    "twitch": TwitchSource,
 }
 
 

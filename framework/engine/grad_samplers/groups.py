@@ -22,10 +22,6 @@ from collections.abc import Callable
 
 import torch
 
-#: Elements of one chunk of per-row outer products in :meth:`Segments.outer` (~64 MB float32):
-#: bounds the memory of the segment sum, whatever the number of rows.
-_CHUNK_ELEMENTS = 1 << 24
-
 #: ``gram(a)`` of a sampler's recorded inputs: ``(R, L, ...) → (R, L, L)``, the similarity of
 #: every pair of tokens of one row block (``a·aᵀ`` for a linear layer, index equality for an
 #: embedding), so that ``‖Σₜ gₜ aₜᵀ‖² = Σ_{t,t'} gram(a)_{tt'} (gₜ·gₜ')`` (the ghost norm).
@@ -100,14 +96,23 @@ class Segments:
         return out.index_add_(0, self._index(x.device), x.sum(1))
 
     def outer(self, g: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        """Per-example ``Σₜ gₜ aₜᵀ`` ``(b, p, d)``: per-row products, segment-summed chunk by chunk."""
+        """Per-example ``Σₜ gₜ aₜᵀ`` ``(b, p, d)``: one matrix product per example over its rows.
+
+        Rows are sorted by example once (:meth:`_sorted`), so example i's rows and tokens form
+        one ``(Lᵢ, p)ᵀ · (Lᵢ, d)`` product: no per-row ``p × d`` outer product is materialised
+        (on rooted subgraphs with wide features that was most of a DP step).
+        """
         p, d = g.shape[-1], a.shape[-1]
         out = g.new_zeros(self.num, p, d)
-        index = self._index(g.device)
-        step = max(1, _CHUNK_ELEMENTS // max(1, p * d))
-        for start in range(0, self.n_rows, step):
-            rows = slice(start, start + step)
-            out.index_add_(0, index[rows], torch.bmm(g[rows].transpose(1, 2), a[rows]))
+        order, counts = self._sorted(g.device)
+        tokens = g.shape[1]
+        g, a = g[order].reshape(-1, p), a[order].reshape(-1, d)
+        start = 0
+        for i, count in enumerate(counts):
+            if count:
+                rows = slice(start * tokens, (start + count) * tokens)
+                torch.mm(g[rows].t(), a[rows], out=out[i])
+            start += count
         return out
 
     def _sorted(self, device: torch.device) -> tuple[torch.Tensor, list[int]]:
