@@ -218,6 +218,42 @@ MUTANTS: tuple[Mutant, ...] = (
           "    structures: ClassVar[frozenset[ExampleStructure]] = frozenset({ExampleStructure.ROWS})\n",
           "    structures = None  # MUTANT: any model structure\n"),),
     ),
+    Mutant(
+        "rooted-group", "DP-SAGE's count of changed rooted examples 2·N_L − 1 (N_L, one graph only, instead)",
+        (("plugins/gdp/rooted.py",
+          "    return 2 * reached_roots(degree_bound, hops) - 1\n",
+          "    return reached_roots(degree_bound, hops)  # MUTANT: before-graph only\n"),),
+    ),
+    Mutant(
+        "rooted-sensitivity", "the 2C per changed rooted example under replacement (C instead)",
+        (("plugins/gdp/rooted_accountant.py",
+          "REPLACEMENT_SENSITIVITY = 2.0\n",
+          "REPLACEMENT_SENSITIVITY = 1.0  # MUTANT: add/remove sensitivity\n"),),
+    ),
+    Mutant(
+        "rooted-hypergeometric", "the hypergeometric count of changed examples (one per batch instead)",
+        (("plugins/gdp/rooted_accountant.py",
+          "    changed = min(group, n)\n",
+          "    changed = 1  # MUTANT: one changed example\n"),),
+    ),
+    Mutant(
+        "rooted-node-rdp-guard", "node_rdp's refusal of samplers whose examples share nodes",
+        (("plugins/node_dp/accountant.py",
+          "        if sampling.examples_per_unit != 1:\n",
+          "        if False:  # MUTANT: shared examples accepted\n"),),
+    ),
+    Mutant(
+        "sage-output-clip", "DP-SAGE's clipping of every node's scores to norm c before the noise",
+        (("plugins/gdp/dp_sage.py",
+          "        scores = scores * (c / scores.norm(dim=1, keepdim=True).clamp(min=c))\n",
+          "        scores = scores  # MUTANT: no clipping\n"),),
+    ),
+    Mutant(
+        "sage-output-sensitivity", "DP-SAGE's output sensitivity 2c·√G (2c, one node's row, instead)",
+        (("plugins/gdp/dp_sage.py",
+          "        return 2.0 * self.params.output_clip * math.sqrt(changed_examples(self.level.unit.degree_bound, self.hops))\n",
+          "        return 2.0 * self.params.output_clip  # MUTANT: one row\n"),),
+    ),
 )
 
 # Not a real mutant: breaks the import of graphveil in the copy. --self-test runs it to prove
