@@ -147,18 +147,38 @@ class TrainingSession:
 
             self.graph = load_data(cfg.data, self.host)
         self.task.setup(self.graph, cfg.data.split)
-        for release in self.plan.releases:
-            release.mechanism.bind(self.task)
-        profile = self._prepare_sampler()
-        self.planned_steps = self._planned_steps(profile)
-        self.sampling_profile = profile
-        self.clipper.bind(profile)
-        self.accountant.bind(profile, self.clipper.profile)
-        self._choose_delta()
+        self.bind_accounting()
         if cfg.privacy.enabled:
             from graphveil.engine.noise import GaussianNoise
 
             self.noise = GaussianNoise(research_seed=cfg.privacy.research_noise_seed)
+        profile = self.sampling_profile
+        log.info("sampling profile %s; sigma=%.4f delta=%.3g", profile, self.noise_multiplier, self.delta)
+        self._run_stages(self.plan.before_training())
+        self.task.prepare_model(self.encoder)
+        self.optimizer = self._build_optimizer()
+        self._prepared = True
+
+    def bind_accounting(self, task: Any = None) -> None:
+        """Everything between splitting the data and the first release: bind the plan's releases,
+        prepare the sampler on the training side, bind the clipper and the accountant, fix δ and
+        one σ for the whole plan, and hand that σ to the calibrated releases.
+
+        ``task``: the run's task once :meth:`Task.setup` has split the data (default), or a
+        stand-in that holds only public sizes (:class:`graphveil.planning.PublicTask`):
+        ``graphveil privacy --config/--method`` computes a planned run's σ and ε by this same code.
+        """
+        cfg = self.config
+        task = self.task if task is None else task
+        for release in self.plan.releases:
+            release.mechanism.bind(task)
+        profile = self._prepare_sampler(task)
+        self.planned_steps = self._planned_steps(profile)
+        self.sampling_profile = profile
+        self.clipper.bind(profile)
+        self.accountant.bind(profile, self.clipper.profile)
+        self._choose_delta(task)
+        if cfg.privacy.enabled:
             if cfg.privacy.noise_multiplier is not None:
                 self.noise_multiplier = cfg.privacy.noise_multiplier
             elif not self.trains_privately and not any(r.mechanism.calibrated() for r in self.plan.releases):
@@ -175,34 +195,31 @@ class TrainingSession:
         for release in self.plan.releases:
             if release.mechanism.calibrated():
                 release.mechanism.noise_multiplier = self.noise_multiplier
-        log.info("sampling profile %s; sigma=%.4f delta=%.3g", profile, self.noise_multiplier, self.delta)
-        self._run_stages(self.plan.before_training())
-        self.task.prepare_model(self.encoder)
-        self.optimizer = self._build_optimizer()
-        self._prepared = True
 
-    def _prepare_sampler(self) -> Any:
+    def _prepare_sampler(self, task: Any = None) -> Any:
         """``sampler.prepare`` on the training side, reusing a stored record set when there is one.
 
         Only samplers with a randomized preprocessing (:class:`PreprocessingSampler` whose
         ``preprocessing_params()`` is not ``None``, e.g. degree capping) use the store: the key
         is :func:`records_key` (training graph, sampler name, those options); a stored Ē is
         validated by the sampler (PrivacyError if it does not fit this graph), a new one saved.
+        ``task``: whose ``train_view`` (default: the run's task).
         """
+        view = (self.task if task is None else task).train_view
         sampler, store = self.sampler, self.records_store
         hook = getattr(sampler, "preprocessing_params", None)  # PreprocessingSampler (optional API)
         params = hook() if callable(hook) else None
         self.records_key = None
         if store is None or params is None:
-            return sampler.prepare(self.task.train_view, self.generator)
-        key = records_key(self.task.train_view, self.config.sampler.name, params)
+            return sampler.prepare(view, self.generator)
+        key = records_key(view, self.config.sampler.name, params)
         self.records_key = key
         stored = store.load_records(key)
         if stored is not None:
-            profile = sampler.prepare(self.task.train_view, self.generator, records=stored)
+            profile = sampler.prepare(view, self.generator, records=stored)
             log.info("reusing the stored record set (%d records) for %s", profile.num_records, key)
             return profile
-        profile = sampler.prepare(self.task.train_view, self.generator)
+        profile = sampler.prepare(view, self.generator)
         store.save_records(key, sampler.records)
         return profile
 
@@ -256,15 +273,16 @@ class TrainingSession:
     def train_nodes(self) -> torch.Tensor:
         return self.task.train_nodes
 
-    def _choose_delta(self) -> None:
+    def _choose_delta(self, task: Any = None) -> None:
         """δ: explicit, or :func:`~graphveil.privacy.default_delta` of the number of privacy units.
 
-        Units: training entities (node-level), training relations before capping (edge-level).
-        An explicit δ ≥ 1/n is honoured with a warning naming n.
+        Units: ``task.num_units`` (default task: the run's), e.g. training entities (node-level),
+        training relations before capping (edge-level). An explicit δ ≥ 1/n is honoured with a
+        warning naming n.
         """
         cfg = self.config
         unit = getattr(self.sampler, "unit", None)
-        self.num_units = self.task.num_units(unit)
+        self.num_units = (self.task if task is None else task).num_units(unit)
         if cfg.privacy.delta is None:
             self.delta, self.delta_rule = default_delta(self.num_units), DEFAULT_DELTA_RULE
             return
@@ -353,6 +371,7 @@ class TrainingSession:
         self.prepare()
         if not self._finished and self.plan.after_training():
             self.released = MappingProxyType({**self.released, MODEL_KEY: self.encoder})
+            self.task.released = self.released  # a release after training reads the model from the task
             self._run_stages(self.plan.after_training())
         self._finished = True
         return self.task.evaluate(self.encoder)
