@@ -71,7 +71,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from graphveil.apps.demo import run_demo
 
     run_demo(quick=args.quick, output=Path(args.output) if args.output else None,
-             progress=not args.no_progress)
+             progress=not args.no_progress, task=args.task)
     return 0
 
 
@@ -102,9 +102,12 @@ def build_parser(host: PluginHost | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("demo", help="compare base / non-private / entity-DP / edge-DP on the bundled CiteSeer graph")
-    p.add_argument("--quick", action="store_true", help="tiny encoder and a few steps (smoke test)")
-    p.add_argument("--output", help="folder for the demo's runs and results (default: runs/demo-<timestamp>)")
+    p = sub.add_parser("demo", help="compare private and non-private methods on data shipped in the package")
+    p.add_argument("--task", choices=["relational", "node"], default="relational",
+                   help="relational (default): base / non-private / entity-DP / edge-DP on the bundled "
+                        "CiteSeer text graph; node: paper 4's GDP methods (MLP, GAP, DPDGC) on bundled Cora")
+    p.add_argument("--quick", action="store_true", help="a few steps per row (smoke test; relational: tiny encoder)")
+    p.add_argument("--output", help="folder for the demo's runs and results (default: runs/demo[-node]-<timestamp>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_demo)
 

@@ -1,17 +1,28 @@
-"""``graphveil demo``: the paper comparison on the bundled CiteSeer text graph, on a CPU.
+"""``graphveil demo``: the paper comparisons, on data shipped inside the package, on a CPU.
 
-Rows: the base encoder without fine-tuning, non-private fine-tuning, entity-level DP with
-standard clipping and with FREQ-CLIP, and edge-level DP, all at the same ε target, on the
+Two tasks share the run loop, the output folder and the tables of this module:
+
+- ``--task relational`` (default): the comparison on the bundled CiteSeer text graph (below).
+- ``--task node``: paper 4's GDP methods on bundled Cora (:mod:`graphveil.apps.demo_node`).
+
+Relational rows: the base encoder without fine-tuning, non-private fine-tuning, entity-level DP
+with standard clipping and with FREQ-CLIP, and edge-level DP, all at the same ε target, on the
 same keyed transfer split (``data.split.seed`` is the split key), the same encoder and the same
 number of steps. The sampling seed is left unset (fresh OS entropy per run) and DP noise comes
 from the OS CSPRNG, so two demo runs differ in their batches and noise.
+
+A demo's folder is written under ``<output>.partial`` and renamed when every row has finished
+(each row's run directory, ``results.jsonl``, ``table.txt``, ``table.md``); a failed or
+interrupted demo leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +30,8 @@ from graphveil.config import RunConfig, config_from_dict, merge_config
 from graphveil.outputs import RunDirectory, dumps, format_table
 from graphveil.records_store import MemoryRecordsStore
 from graphveil.runner import result_columns, run_training
+
+Columns = list[tuple[str, str, str]]
 
 TARGET_EPSILON = 10.0
 
@@ -66,7 +79,7 @@ QUICK = {
 def demo_configs(quick: bool = False, root: Path | None = None, progress: bool = True,
                  base: dict[str, Any] | None = None, sampler: dict[str, Any] | None = None,
                  target_epsilon: float = TARGET_EPSILON) -> list[tuple[str, RunConfig]]:
-    """The demo's run configs, in table order (also used by bench/utility.py).
+    """The relational demo's run configs, in table order (also used by bench/utility.py).
 
     :param base: shared settings replacing :data:`BASE`.
     :param sampler: options applied to every row's sampler (``degree_cap`` only where it applies).
@@ -93,27 +106,94 @@ def demo_configs(quick: bool = False, root: Path | None = None, progress: bool =
     return configs
 
 
-def run_demo(quick: bool = False, output: Path | None = None, progress: bool = True) -> list[dict[str, Any]]:
+def run_demo(quick: bool = False, output: Path | None = None, progress: bool = True,
+             task: str = "relational") -> list[dict[str, Any]]:
+    """Run one demo: ``task`` is ``relational`` (this module's rows) or ``node`` (bundled Cora)."""
+    if task == "node":
+        from graphveil.apps.demo_node import run_node_demo
+
+        return run_node_demo(quick=quick, output=output, progress=progress)
+    if task != "relational":
+        raise ValueError(f"unknown demo task {task!r}; choose 'relational' or 'node'")
     from graphveil.data import load_graph
 
-    root = output or RunDirectory.default_for("demo-quick" if quick else "demo")
+    records = MemoryRecordsStore()  # the entity-level rows share one degree-capped Ē, drawn once
+
+    def columns(result: dict[str, Any]) -> Columns:
+        return result_columns(result["session"])  # every row runs the same task
+
+    return run_comparison(
+        f"GraphVeil demo (relational, ε target {TARGET_EPSILON:g})",
+        lambda root: demo_configs(quick, root, progress),
+        output=output, default_name="demo-quick" if quick else "demo",
+        load=lambda cfg: load_graph(cfg.data), columns=columns, records_store=records,
+        caption="zero-shot relation prediction on held-out CiteSeer entities")
+
+
+# --------------------------------------------------------------- shared by every demo task
+
+
+def run_comparison(title: str, build: Callable[[Path], Sequence[tuple[str, RunConfig]]], *,
+                   output: Path | None, default_name: str, load: Callable[[RunConfig], Any],
+                   columns: Callable[[dict[str, Any]], Columns], caption: str,
+                   row_extra: Callable[[int, RunConfig], Mapping[str, Any]] | None = None,
+                   records_store: Any = None, notes: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Run a demo's rows one after the other on one graph, then write its results and tables.
+
+    :param build: the ``(label, config)`` rows, given the folder their run directories go in.
+    :param load: loads the graph every row shares (from the first row's config).
+    :param columns: the table's columns, given the last row's :func:`run_training` result.
+    :param row_extra: fields added to row ``i``'s result (e.g. what was shortened).
+    :param notes: lines printed under the table and written below ``table.md``.
+    :raises FileExistsError: if ``output`` exists (nothing is run).
+    """
+    root = Path(output) if output else RunDirectory.default_for(default_name)
     if root.exists():
         raise FileExistsError(f"demo output {root} already exists")
-    configs = demo_configs(quick, root, progress)
-    graph = load_graph(configs[0][1].data)  # every row uses the same graph and split
-    # ... and the entity-level rows the same degree-capped Ē, drawn once (as a site's ledger does).
-    records = MemoryRecordsStore()
-    print(f"GraphVeil demo: {graph!r}; {len(configs)} runs, ε target {TARGET_EPSILON:g}", flush=True)
-    rows = []
+    out = RunDirectory(root)
     started = time.perf_counter()
-    for label, cfg in configs:
-        print(f"\n== {label}", flush=True)
-        result = run_training(cfg, graph=graph, records_store=records)
-        rows.append({**result["row"], "name": label})
-        print(result["table"].splitlines()[-1], flush=True)
-    table = format_table(rows, result_columns(result["session"]))  # every row runs the same task
-    (root / "results.jsonl").write_text("".join(dumps(r) + "\n" for r in rows), encoding="utf-8")
-    (root / "table.txt").write_text(table + "\n", encoding="utf-8")
-    print(f"\nResults (zero-shot relation prediction on held-out CiteSeer entities, "
-          f"{time.perf_counter() - started:.0f} s):\n{table}\n\nwritten to {root}")
+    try:
+        configs = build(out.path)
+        graph = load(configs[0][1])
+        print(f"{title}: {graph!r}; {len(configs)} runs", flush=True)
+        rows, last = [], None
+        for i, (label, cfg) in enumerate(configs):
+            print(f"\n== [{i + 1}/{len(configs)}] {label}  ({time.perf_counter() - started:.0f} s so far)",
+                  flush=True)
+            last = run_training(cfg, graph=graph, records_store=records_store)
+            row = {**last["row"], "name": label, **(row_extra(i, cfg) if row_extra else {})}
+            rows.append(row)
+            out.log_metrics(row)
+            print(last["table"].splitlines()[-1], flush=True)
+        assert last is not None
+        cols = columns(last)
+        table = format_table(rows, cols)
+        elapsed = time.perf_counter() - started
+        (out.path / "results.jsonl").write_text("".join(dumps(r) + "\n" for r in rows), encoding="utf-8")
+        (out.path / "table.txt").write_text(table + "\n", encoding="utf-8")
+        md = [f"{caption}; {len(rows)} runs, {elapsed:.0f} s in all.", "", markdown_table(rows, cols),
+              *(["", *notes] if notes else [])]
+        (out.path / "table.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+        final = out.commit()
+    except BaseException:
+        out.discard()
+        raise
+    print(f"\nResults ({caption}, {elapsed:.0f} s):\n{table}", *notes, f"\nwritten to {final}", sep="\n")
     return json.loads(json.dumps(rows, default=str))
+
+
+def cell(row: Mapping[str, Any], key: str, spec: str) -> str:
+    """One table cell as :func:`~graphveil.outputs.format_table` prints it (``-`` if absent, ∞)."""
+    value = row.get(key)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float) and math.isinf(value):
+        return "∞"
+    return format(value, spec) if spec else str(value)
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Columns) -> str:
+    """The same table as :func:`~graphveil.outputs.format_table`, as GitHub markdown."""
+    lines = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r, k, s) for k, _, s in columns) + " |" for r in rows]
+    return "\n".join(lines)
