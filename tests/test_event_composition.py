@@ -110,3 +110,22 @@ def test_coupled_steps_and_a_gaussian_release_compose_on_one_curve() -> None:
     fresh.compose_event(dp_accounting.GaussianDpEvent(3.0), "embedding")
     fresh.compose_event(dp_accounting.GaussianDpEvent(sigma_plan), "shared")
     assert 8.0 * (1 - 0.02) <= fresh.get_epsilon(1e-6) <= 8.0
+
+
+def test_leaf_curves_are_cached_and_composites_add_up_as_in_dp_accounting() -> None:
+    from graphveil.privacy.rdp_accountant import _leaf_rdp, dp_event_rdp
+
+    rel = dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_ONE
+    orders = [1.5, 2.0, 4.0, 16.0]
+    swor = dp_accounting.SampledWithoutReplacementDpEvent(997, 31, dp_accounting.GaussianDpEvent(1.7))
+    event = dp_accounting.ComposedDpEvent([dp_accounting.SelfComposedDpEvent(swor, 40),
+                                           dp_accounting.GaussianDpEvent(3.0), swor])
+    reference = dp_accounting.rdp.RdpAccountant(orders=orders, neighboring_relation=rel)
+    reference.compose(event)
+    before = _leaf_rdp.cache_info()
+    np.testing.assert_allclose(dp_event_rdp(event, orders, rel), reference._rdp, rtol=1e-12)
+    after = _leaf_rdp.cache_info()
+    assert after.misses - before.misses <= 2 and after.hits - before.hits >= 1  # swor computed once
+    np.testing.assert_allclose(dp_event_rdp(swor, orders, rel), dp_event_rdp(swor, orders, rel))
+    with pytest.raises(Exception, match="PoissonSampledDpEvent"):
+        dp_event_rdp(dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(1.0)), orders, rel)

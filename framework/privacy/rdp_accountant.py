@@ -13,6 +13,7 @@ Unlike opacus, ``len(accountant)`` is the number of steps, not of history segmen
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -221,13 +222,11 @@ class RdpAccountantBase(Accountant):
                 raise PrivacyError(f"release {name!r}: randomized response on adjacency entries protects one "
                                    f"edge, not a {getattr(unit, 'kind', unit)!s} unit")
             relation = rel.REPLACE_ONE
-        accountant = dp_accounting.rdp.RdpAccountant(orders=[float(a) for a in self.orders],
-                                                     neighboring_relation=relation)
-        if not accountant.supports(event):
+        try:
+            curve = dp_event_rdp(event, self.orders, relation)
+        except _Unsupported as exc:
             raise PrivacyError(f"accountant {self.mechanism!r} cannot analyse release {name!r} "
-                               f"({type(event).__name__}) under {relation.name} adjacency")
-        accountant.compose(event)
-        curve = np.asarray(accountant.rdp, dtype=float)
+                               f"({exc.args[0]}) under {relation.name} adjacency") from None
         if curve.shape != self.orders.shape or np.isnan(curve).any():
             raise PrivacyError(f"release {name!r} produced an invalid RDP curve")
         return curve
@@ -388,3 +387,46 @@ class RdpAccountantBase(Accountant):
 
     def __len__(self) -> int:
         return sum(self._history.values())
+
+
+class _Unsupported(Exception):
+    """A leaf event dp-accounting's RDP accountant cannot analyse (its type name in args[0])."""
+
+
+def dp_event_rdp(event: Any, orders: Any, relation: Any) -> np.ndarray:
+    """RDP curve of a ``dp_accounting`` event at ``orders`` under ``relation``.
+
+    Self-composed and composed events are split into their leaves, and each leaf's curve is
+    cached for the process (:func:`_leaf_rdp`): calibration evaluates the same leaf at every σ it
+    tries — e.g. the per-node sampled-without-replacement step of a GAP encoder release and of
+    the run's own training steps, or every seed of a benchmark — and dp-accounting takes ~0.1 s
+    per sampled-without-replacement curve. The result equals composing ``event`` in one
+    ``dp_accounting.rdp.RdpAccountant`` (RDP adds up under composition).
+
+    :raises _Unsupported: for a leaf dp-accounting cannot analyse under ``relation``.
+    """
+    import dp_accounting
+
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        return event.count * dp_event_rdp(event.event, orders, relation)
+    if isinstance(event, dp_accounting.ComposedDpEvent):
+        total = np.zeros(len(orders))
+        for part in event.events:
+            total += dp_event_rdp(part, orders, relation)
+        return total
+    try:
+        hash(event)
+    except TypeError:  # an event holding a list: not cacheable, computed directly
+        return np.asarray(_leaf_rdp.__wrapped__(event, tuple(float(a) for a in orders), relation))
+    return np.asarray(_leaf_rdp(event, tuple(float(a) for a in orders), relation))
+
+
+@functools.lru_cache(maxsize=1024)
+def _leaf_rdp(event: Any, orders: tuple[float, ...], relation: Any) -> tuple[float, ...]:
+    import dp_accounting
+
+    accountant = dp_accounting.rdp.RdpAccountant(orders=list(orders), neighboring_relation=relation)
+    if not accountant.supports(event):
+        raise _Unsupported(type(event).__name__)
+    accountant.compose(event)
+    return tuple(float(v) for v in accountant.rdp)

@@ -11,6 +11,7 @@ from graphveil.components import ExampleStructure
 from graphveil.errors import PrivacyError
 from graphveil.plugins.node_dp.units import NODE_GDP, RowWiseGdpUnits
 from graphveil.privacy import RdpAccountantBase, RdpParams
+from graphveil.privacy.rdp_accountant import dp_event_rdp
 from graphveil.profiles import (
     PrivacyUnit,
     SamplingKind,
@@ -69,10 +70,8 @@ class NodeReplaceRdpAccountant(RowWiseGdpUnits, RdpAccountantBase):
 
         if self._n is None or self._b is None:
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
-        accountant = dp_accounting.rdp.RdpAccountant(
-            orders=[float(a) for a in self.orders], neighboring_relation=dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_ONE)
-        accountant.compose(node_step_event(self._n, self._b, noise_multiplier))
-        return np.asarray(accountant.rdp, dtype=float)
+        return dp_event_rdp(node_step_event(self._n, self._b, noise_multiplier), self.orders,
+                            dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_ONE)
 
 
 def node_step_event(n: int, b: int, noise_multiplier: float, group: int = 1) -> Any:
