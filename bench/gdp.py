@@ -31,7 +31,7 @@ from typing import Any
 
 from graphveil.config import load_config
 from graphveil.host import default_host
-from graphveil.runner import mean_ci95, run_training, sweep_cell
+from graphveil.runner import mean_ci95, read_cells, run_training, sweep_cell
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 #: the project's offline datasets (shared/data next to the repository; see its README.md)
@@ -75,14 +75,7 @@ def key(setting: str, method: str, dataset: str, seed: int) -> str:
 
 
 def done(paths: list[Path]) -> dict[str, dict[str, Any]]:
-    cells: dict[str, dict[str, Any]] = {}
-    for path in paths:
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    cell = json.loads(line)
-                    cells[key(cell["setting"], cell["method"], cell["dataset"], cell["seed"])] = cell
-    return cells
+    return read_cells(paths, lambda c: key(c["setting"], c["method"], c["dataset"], c["seed"]))
 
 
 def table(cells: dict[str, dict[str, Any]], dataset: str) -> str:

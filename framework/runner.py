@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,19 @@ def run_training(config: RunConfig, *, host: PluginHost | None = None,
 
 
 # ------------------------------------------------------------------------------------ sweeps
+
+
+def read_cells(paths: Sequence[Path], key: Callable[[dict[str, Any]], str]) -> dict[str, dict[str, Any]]:
+    """The result lines of resumable JSON-lines files (benchmarks), one per ``key(cell)``; later
+    files and lines win. Missing files count as empty."""
+    cells: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        if Path(path).is_file():
+            for line in Path(path).read_text().splitlines():
+                if line.strip():
+                    cell = json.loads(line)
+                    cells[key(cell)] = cell
+    return cells
 
 
 def mean_ci95(values: list[float]) -> tuple[float, float]:
