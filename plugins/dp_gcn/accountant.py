@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -11,6 +10,7 @@ from graphveil.components import ExampleStructure
 from graphveil.errors import PrivacyError
 from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE
 from graphveil.privacy import RdpAccountantBase, RdpParams
+from graphveil.privacy.rdp_accountant import dp_event_rdp
 from graphveil.profiles import (
     PrivacyUnit,
     SamplingKind,
@@ -66,13 +66,10 @@ class SplitRdpAccountant(RdpAccountantBase):
         :raises ProfileMismatchError: for a pair outside :attr:`supports` or another unit.
         :raises PrivacyError: for split counts or clip norms that cannot be analysed.
         """
+        from graphveil.plugins.node_dp.accountant import wor_sizes
+
         self.check_pair(sampling, sensitivity)
-        s, b = int(sampling.num_records), int(sampling.batch_size)
-        if not 1 <= b <= s:
-            raise PrivacyError(f"need 1 <= splits per step <= splits, got b={b}, s={s}")
-        if not (sensitivity.clip_norm > 0 and math.isfinite(sensitivity.clip_norm)):
-            raise PrivacyError(f"clip norm C must be a finite number > 0, got {sensitivity.clip_norm!r}")
-        self._s, self._b = s, b
+        self._s, self._b = s, b = wor_sizes(sampling, sensitivity, batch="splits per step", total="s")
         self._set_profile({"sampling": sampling.kind.value, "sensitivity": sensitivity.kind.value,
                            "num_splits": s, "batch_size": b})
 
@@ -81,8 +78,5 @@ class SplitRdpAccountant(RdpAccountantBase):
 
         if self._s is None or self._b is None:
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
-        accountant = dp_accounting.rdp.RdpAccountant(
-            orders=[float(a) for a in self.orders],
-            neighboring_relation=dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_ONE)
-        accountant.compose(split_step_event(self._s, self._b, noise_multiplier))
-        return np.asarray(accountant.rdp, dtype=float)
+        return dp_event_rdp(split_step_event(self._s, self._b, noise_multiplier), self.orders,
+                            dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_ONE)

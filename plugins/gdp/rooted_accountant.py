@@ -27,6 +27,7 @@ import numpy as np
 from graphveil.components import ExampleStructure
 from graphveil.errors import PrivacyError
 from graphveil.plugins.gdp.rooted import NodeLevelWithBound
+from graphveil.plugins.node_dp.accountant import wor_sizes
 from graphveil.plugins.node_dp.units import NODE_GDP
 from graphveil.privacy import RdpAccountantBase, RdpParams
 from graphveil.profiles import (
@@ -99,10 +100,9 @@ class RootedRdpAccountant(NodeLevelWithBound, RdpAccountantBase):
             # a non-private run binds too (and never asks for ε); a private one fails at calibration
             self._set_profile({"n": n, "batch_size": b, "examples_per_unit": None})
             return
-        if not 1 <= b <= n or group < 1:
-            raise PrivacyError(f"need 1 <= batch size <= n and G >= 1, got b={b}, n={n}, G={group}")
-        if not (sensitivity.clip_norm > 0 and math.isfinite(sensitivity.clip_norm)):
-            raise PrivacyError(f"clip norm C must be a finite number > 0, got {sensitivity.clip_norm!r}")
+        wor_sizes(sampling, sensitivity)
+        if group < 1:
+            raise PrivacyError(f"need G >= 1 changed examples per node, got G={group}")
         self._sizes = (n, b, int(group))
         self._set_profile({"sampling": sampling.kind.value, "sensitivity": sensitivity.kind.value,
                            "n": n, "batch_size": b, "examples_per_unit": int(group),

@@ -52,15 +52,11 @@ class NodeReplaceRdpAccountant(RowWiseGdpUnits, RdpAccountantBase):
         :raises PrivacyError: for batch sizes or clip norms that cannot be analysed.
         """
         self.check_pair(sampling, sensitivity)
-        n, b = int(sampling.num_records), int(sampling.batch_size)
-        if not 1 <= b <= n:
-            raise PrivacyError(f"need 1 <= batch size <= n, got b={b}, n={n}")
+        n, b = wor_sizes(sampling, sensitivity)
         if sampling.examples_per_unit != 1:
             raise PrivacyError(f"accountant {self.mechanism!r} analyses one example per node; the sampler's "
                                f"examples share nodes (up to {sampling.examples_per_unit} per node): use "
                                "an accountant for rooted subgraphs (rooted_rdp)")
-        if not (sensitivity.clip_norm > 0 and math.isfinite(sensitivity.clip_norm)):
-            raise PrivacyError(f"clip norm C must be a finite number > 0, got {sensitivity.clip_norm!r}")
         self._n, self._b = n, b
         self._set_profile({"sampling": sampling.kind.value, "sensitivity": sensitivity.kind.value,
                            "n": n, "batch_size": b})
@@ -72,6 +68,22 @@ class NodeReplaceRdpAccountant(RowWiseGdpUnits, RdpAccountantBase):
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
         return dp_event_rdp(node_step_event(self._n, self._b, noise_multiplier), self.orders,
                             dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_ONE)
+
+
+def wor_sizes(sampling: SamplingProfile, sensitivity: SensitivityProfile, *,
+              batch: str = "batch size", total: str = "n") -> tuple[int, int]:
+    """(n, b) of a b-of-n sampled-without-replacement profile, after the checks every such
+    accountant makes: 1 ≤ b ≤ n and a finite clip norm C > 0 (``batch`` and ``total`` name
+    b and n in the message).
+
+    :raises PrivacyError: naming the sizes or the clip norm.
+    """
+    n, b = int(sampling.num_records), int(sampling.batch_size)
+    if not 1 <= b <= n:
+        raise PrivacyError(f"need 1 <= {batch} <= {total}, got b={b}, {total}={n}")
+    if not (sensitivity.clip_norm > 0 and math.isfinite(sensitivity.clip_norm)):
+        raise PrivacyError(f"clip norm C must be a finite number > 0, got {sensitivity.clip_norm!r}")
+    return n, b
 
 
 def node_step_event(n: int, b: int, noise_multiplier: float, group: int = 1) -> Any:
