@@ -308,6 +308,54 @@ def test_non_private_runs_learn(host: PluginHost) -> None:
         assert metrics["test_accuracy"] > metrics["majority_accuracy"] + 0.2, (method, metrics)
 
 
+def hop_mlp(hops: int = 3, width: int = 8) -> Any:
+    from graphveil.plugins.gdp.modules import HopMLP
+
+    model = HopMLP(HopMLP.Params(hop_width=width, hidden=6, base_layers=2, head_layers=2, seed=0))
+    model.prepare(type("Data", (), {"num_features": hops * width, "num_classes": 4})())
+    return model
+
+
+def test_hop_mlp_reads_each_hop_block_with_its_own_base_mlp() -> None:
+    model = hop_mlp()
+    assert len(model.bases) == 3
+    x = torch.randn(5, 24, generator=torch.Generator().manual_seed(0))
+    out = model(x)
+    moved = x.clone()
+    moved[:, 8:16] += 1.0  # hop 1 only
+    with torch.no_grad():
+        hop1 = [torch.equal(model.bases[i](moved[:, 8 * i: 8 * (i + 1)]), model.bases[i](x[:, 8 * i: 8 * (i + 1)]))
+                for i in range(3)]
+    assert hop1 == [True, False, True] and not torch.allclose(model(moved), out)
+    with pytest.raises(ConfigError, match="hop_width"):
+        type(model)(type(model).Params(hop_width=8)).prepare(type("Data", (), {"num_features": 20, "num_classes": 4})())
+
+
+def test_hop_mlp_per_node_gradients_equal_a_loop_over_nodes() -> None:
+    from graphveil.engine.per_tuple import PerTupleGrad
+
+    model = hop_mlp()
+    gen = torch.Generator().manual_seed(1)
+    x, y, b = torch.randn(7, 24, generator=gen), torch.randint(0, 4, (7,), generator=gen), 7
+    params = list(model.trainable_parameters())
+    engine = PerTupleGrad(model, mode="materialize")
+    with engine.record(num_groups=b):
+        losses = torch.nn.functional.cross_entropy(model(x), y, reduction="none")
+    norms = engine.compute(losses.sum())
+    for i in range(b):
+        grads = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x[i:i + 1]), y[i:i + 1]), params)
+        assert float(norms[i]) == pytest.approx(float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads))),
+                                                rel=1e-4)
+
+
+def test_gap_with_its_hop_classifier_trains_privately_and_learns(host: PluginHost) -> None:
+    model = {"name": "hop_mlp", "hop_width": 8, "hidden": 8, "seed": 0}
+    session, _ = run(config("gap", NODE.format(D=3), model=model), host)
+    assert session.steps_done > 0 and 0 < session.epsilon() <= 8.0
+    _, metrics = run(config("gap", None, epochs=30, privacy={"enabled": False}, model=model), host)
+    assert metrics["test_accuracy"] > metrics["majority_accuracy"] + 0.2, metrics
+
+
 # ----------------------------------------------------------------------------- refusals
 
 

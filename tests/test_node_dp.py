@@ -87,6 +87,19 @@ def test_sampler_refuses_a_batch_larger_than_the_training_set() -> None:
         UniformNodeSampler(UniformNodeParams(batch_size=11)).prepare(torch.arange(10), torch.Generator())
 
 
+def test_full_batch_sampler_takes_every_training_node_and_is_accounted_as_b_equals_n() -> None:
+    n = 37
+    sampler = UniformNodeSampler(UniformNodeParams(batch_size=None))
+    profile = sampler.prepare(torch.arange(n), torch.Generator().manual_seed(0))
+    assert (profile.num_records, profile.batch_size, profile.rate) == (n, n, 1.0)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        assert sorted(sampler.sample(gen).nodes.tolist()) == list(range(n))
+    acc = NodeReplaceRdpAccountant()
+    acc.bind(profile, SensitivityProfile(SensitivityKind.PER_EXAMPLE, NODE_GDP, 1.0))
+    np.testing.assert_allclose(acc.per_step_rdp(2.0), 2.0 * acc.orders / 2.0**2, rtol=1e-6)
+
+
 def per_node_grads(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
     grads = []
     for i in range(x.shape[0]):

@@ -42,6 +42,6 @@ def graphveil_tasks():
 
 @hookimpl
 def graphveil_models():
-    from graphveil.plugins.gdp.modules import FullGraphSAGE, LinkX
+    from graphveil.plugins.gdp.modules import FullGraphSAGE, HopMLP, LinkX
 
-    return {"linkx": LinkX, "sage_full": FullGraphSAGE}
+    return {"linkx": LinkX, "sage_full": FullGraphSAGE, "hop_mlp": HopMLP}

@@ -118,6 +118,67 @@ class LinkX(Model):
         return self.classifier(self.drop(F.selu(h)))
 
 
+class HopMLPParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hop_width: int = Field(64, gt=0, description=(
+        "Width of each hop's block of the input (GAP's encoder width, method.hidden)."))
+    hidden: int = Field(64, gt=0, description="Width of the base and head layers (paper 4: 64).")
+    base_layers: int = Field(2, ge=1, description="Layers of each hop's base MLP (paper 4: 2).")
+    head_layers: int = Field(1, ge=1, description="Layers of the head after combination (GAP's default: 1).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout (paper 4: 0.5 non-private / edge, 0 otherwise).")
+    seed: int | None = Field(None, description="Seed of the weight initialisation.")
+
+
+def _selu_mlp(widths: list[int], dropout: float) -> nn.Sequential:
+    """Linear layers along ``widths`` with SELU (and dropout) between them; plain last layer."""
+    layers: list[nn.Module] = []
+    for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        layers.append(nn.Linear(w_in, w_out))
+        if i < len(widths) - 2:
+            layers.extend([nn.SELU(), nn.Dropout(dropout)])
+    return nn.Sequential(*layers)
+
+
+class HopMLP(Model):
+    """GAP's classification module (Sajadmanesh et al. 2023, Fig. 1: DP-MLP_f): the input is
+    ``Z = [H⁽⁰⁾ ‖ … ‖ H⁽ᴸ⁾]``; each hop's block goes through its own base MLP, the outputs are
+    concatenated, row-normalised, passed through SELU and a head MLP to the classes. Batch norm,
+    which GAP uses only non-privately, is left out: it mixes examples (no per-node gradient).
+    Example i reads row i only (structure ``rows``)."""
+
+    Params = HopMLPParams
+    structure: ClassVar[ExampleStructure] = ExampleStructure.ROWS
+
+    def __init__(self, params: HopMLPParams | None = None) -> None:
+        super().__init__()
+        self.params = params if params is not None else HopMLPParams()
+        self.bases: nn.ModuleList | None = None
+
+    def prepare(self, data: Any) -> None:
+        p = self.params
+        width = int(getattr(data, "num_features", 0))
+        if width < 2 * p.hop_width or width % p.hop_width:
+            raise ConfigError(f"model 'hop_mlp' reads L + 1 ≥ 2 blocks of width hop_width = {p.hop_width}; the "
+                              f"input has {width} columns (use task features: released:gap_aggregates and "
+                              "set hop_width to the method's hidden)")
+        hops = width // p.hop_width
+        with torch.random.fork_rng(devices=[]):
+            if p.seed is not None:
+                torch.manual_seed(p.seed)
+            self.bases = nn.ModuleList(_selu_mlp([p.hop_width] + [p.hidden] * p.base_layers, p.dropout)
+                                       for _ in range(hops))
+            self.head = _selu_mlp([hops * p.hidden] + [p.hidden] * (p.head_layers - 1) + [int(data.num_classes)],
+                                  p.dropout)
+            self.drop = nn.Dropout(p.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bases is None:
+            raise ConfigError("model 'hop_mlp' is not prepared (call prepare(data) first)")
+        blocks = x.split(self.params.hop_width, dim=1)
+        h = F.normalize(torch.cat([base(b) for base, b in zip(self.bases, blocks, strict=True)], dim=1), dim=1)
+        return self.head(self.drop(F.selu(h)))
+
+
 class FullGraphSAGEParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     hidden: int = Field(64, gt=0, description="Hidden width (paper 4: 64).")

@@ -16,7 +16,9 @@ from graphveil.tasks import NodeBatch
 
 class UniformNodeParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    batch_size: int = Field(64, gt=0, description="b: nodes per step (paper 4 uses 64 on Cora).")
+    batch_size: int | None = Field(64, gt=0, description=(
+        "b: nodes per step (paper 4 uses 64 on Cora). null: every training node at every step "
+        "(full batch; paper 4 trains so whenever no DP optimizer is involved)."))
 
 
 class UniformNodeSampler(RowWiseGdpUnits, Sampler):
@@ -36,7 +38,8 @@ class UniformNodeSampler(RowWiseGdpUnits, Sampler):
 
     def prepare(self, view: torch.Tensor, generator: torch.Generator, records: Any = None) -> SamplingProfile:
         """``view``: the training nodes (their count n is public under replacement adjacency)."""
-        n, b = int(view.numel()), self.params.batch_size
+        n = int(view.numel())
+        b = n if self.params.batch_size is None else self.params.batch_size
         if b > n:
             raise PrivacyError(f"sampler batch_size {b} exceeds the {n} training nodes")
         self._n = n
@@ -45,7 +48,7 @@ class UniformNodeSampler(RowWiseGdpUnits, Sampler):
 
     def sample(self, generator: torch.Generator) -> NodeBatch:
         # randperm's first b entries: a uniform b-subset, independent of every other step.
-        return NodeBatch(torch.randperm(self.profile.num_records, generator=generator)[: self.params.batch_size])
+        return NodeBatch(torch.randperm(self.profile.num_records, generator=generator)[: self.profile.batch_size])
 
     @property
     def profile(self) -> SamplingProfile:
