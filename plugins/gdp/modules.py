@@ -67,6 +67,16 @@ class AdjacencyEmbedding(Model):
         return F.selu(self.linear(rows)) @ self.head
 
 
+def _selu_mlp(widths: list[int], dropout: float) -> nn.Sequential:
+    """Linear layers along ``widths`` with SELU (and dropout) between them; plain last layer."""
+    layers: list[nn.Module] = []
+    for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        layers.append(nn.Linear(w_in, w_out))
+        if i < len(widths) - 2:
+            layers.extend([nn.SELU(), nn.Dropout(dropout)])
+    return nn.Sequential(*layers)
+
+
 class LinkXParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     hidden: int = Field(64, gt=0, description="Width of every layer (paper 4: 64).")
@@ -101,13 +111,8 @@ class LinkX(Model):
                 torch.manual_seed(p.seed)
             self.branch_x = nn.Linear(width - p.embedding_width, p.hidden)
             self.branch_z = nn.Linear(p.embedding_width, p.hidden)
-            layers: list[nn.Module] = []
-            widths = [2 * p.hidden] + [p.hidden] * (p.layers - 1) + [int(data.num_classes)]
-            for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
-                layers.append(nn.Linear(w_in, w_out))
-                if i < len(widths) - 2:
-                    layers.extend([nn.SELU(), nn.Dropout(p.dropout)])
-            self.classifier = nn.Sequential(*layers)
+            self.classifier = _selu_mlp([2 * p.hidden] + [p.hidden] * (p.layers - 1) + [int(data.num_classes)],
+                                        p.dropout)
             self.drop = nn.Dropout(p.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -127,16 +132,6 @@ class HopMLPParams(BaseModel):
     head_layers: int = Field(1, ge=1, description="Layers of the head after combination (GAP's default: 1).")
     dropout: float = Field(0.0, ge=0, lt=1, description="Dropout (paper 4: 0.5 non-private / edge, 0 otherwise).")
     seed: int | None = Field(None, description="Seed of the weight initialisation.")
-
-
-def _selu_mlp(widths: list[int], dropout: float) -> nn.Sequential:
-    """Linear layers along ``widths`` with SELU (and dropout) between them; plain last layer."""
-    layers: list[nn.Module] = []
-    for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
-        layers.append(nn.Linear(w_in, w_out))
-        if i < len(widths) - 2:
-            layers.extend([nn.SELU(), nn.Dropout(dropout)])
-    return nn.Sequential(*layers)
 
 
 class HopMLP(Model):
