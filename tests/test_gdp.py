@@ -431,6 +431,25 @@ def test_rand_edge_releases_a_randomized_graph_and_reports_pure_epsilon(host: Pl
     assert torch.equal(non_private.released["rand_edge"], true)
 
 
+@pytest.mark.parametrize(("width_in", "width_out"), [(30, 4), (4, 30), (8, 8)])
+def test_sage_layer_equals_pyg_sageconv_whether_it_projects_first_or_not(width_in: int, width_out: int) -> None:
+    from torch_geometric.nn import SAGEConv
+    from torch_geometric.utils import to_torch_csr_tensor
+
+    from graphveil.plugins.gdp.modules import sage_layer
+
+    gen = torch.Generator().manual_seed(width_in)
+    edges = torch.randint(0, 40, (2, 300), generator=gen)  # nodes 40..49 have no neighbour
+    with torch.sparse.check_sparse_tensor_invariants(False):
+        adj_t = to_torch_csr_tensor(edges.flip(0), size=(50, 50))
+    conv, x = SAGEConv(width_in, width_out), torch.randn(50, width_in, generator=gen, requires_grad=True)
+    want, got = conv(x, adj_t), sage_layer(conv, x, adj_t)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    (grad_want,) = torch.autograd.grad(want.square().sum(), x)
+    (grad_got,) = torch.autograd.grad(got.square().sum(), x)
+    torch.testing.assert_close(grad_got, grad_want, rtol=1e-4, atol=1e-5)
+
+
 def test_rand_edge_is_refused_at_node_level_and_without_its_graph(host: PluginHost) -> None:
     with pytest.raises(ConfigError, match="protects edges only"):
         TrainingSession(rand_edge_config(NODE.format(D=3)), host=host).assemble()
