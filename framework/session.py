@@ -415,6 +415,8 @@ class TrainingSession:
             detail = self.accountant.report(self.delta)
             report.update(epsilon=detail["epsilon"], alpha=detail.get("alpha"),
                           releases=list(detail.get("releases", [])))
+            # an accountant with more than one analysis (edge_pld: PLD and RDP) states each
+            report.update({k: detail[k] for k in ("epsilon_pld", "epsilon_rdp", "accounting") if k in detail})
         else:
             report["epsilon"] = math.inf
         return report

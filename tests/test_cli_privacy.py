@@ -16,6 +16,7 @@ from graphveil.errors import GraphVeilError
 from graphveil.hookspecs import hookimpl
 from graphveil.host import PluginHost
 from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
+from graphveil.plugins.edge_dp.pld_accountant import EdgePldAccountant
 from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant
 from graphveil.plugins.entity_dp.coupled_rdp import thm3_rdp, thmc1_rdp
 from graphveil.privacy import DEFAULT_ORDERS, rdp_to_epsilon
@@ -30,7 +31,7 @@ class _Accountants:
 
     @hookimpl
     def graphveil_accountants(self):
-        return {"coupled_rdp": CoupledRdpAccountant, "edge_rdp": EdgeRdpAccountant}
+        return {"coupled_rdp": CoupledRdpAccountant, "edge_rdp": EdgeRdpAccountant, "edge_pld": EdgePldAccountant}
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +88,17 @@ def test_edge_epsilon_matches_dp_accounting(host: PluginHost, capsys: pytest.Cap
     assert out["mechanism"] == "edge_rdp"
 
 
+def test_edge_pld_reports_both_epsilons(host: PluginHost, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--method", "edge", "--sampling-rate", "0.004", "--sigma", "0.9", "--steps", "2500", "--delta", "1e-6"]
+    rdp = _json(capsys, host, "epsilon", *argv)
+    pld = _json(capsys, host, "epsilon", *argv, "--accountant", "edge_pld")
+    assert pld["mechanism"] == "edge_pld" and pld["epsilon_rdp"] == pytest.approx(rdp["epsilon"], rel=1e-12)
+    assert pld["epsilon"] == pld["epsilon_pld"] < rdp["epsilon"]
+    assert main(["privacy", "epsilon", *argv, "--accountant", "edge_pld"], host=host) == 0
+    text = capsys.readouterr().out
+    assert "ε (PLD)" in text and "ε (RDP)" in text
+
+
 def test_zero_steps_spend_nothing_but_show_the_curve(host: PluginHost, capsys: pytest.CaptureFixture[str]) -> None:
     out = _json(capsys, host, "epsilon", "--method", "entity", *SMALL, "--sigma", "1.5", "--steps", "0")
     assert out["epsilon"] == 0.0 and out["steps"] == 0
@@ -116,6 +128,9 @@ def test_human_table(host: PluginHost, capsys: pytest.CaptureFixture[str]) -> No
     ["epsilon", "--method", "edge", "--sampling-rate", "0.1", "--steps", "1", "--sigma", "1"],
     ["epsilon", "--method", "edge", "--sampling-rate", "0.1", "--steps", "1", "--sigma", "1", "--delta", "1e-5",
      "--k-neg", "3"],
+    ["epsilon", "--method", "entity", *SMALL, "--steps", "1", "--sigma", "1", "--accountant", "edge_pld"],
+    ["epsilon", "--method", "edge", "--sampling-rate", "0.1", "--steps", "1", "--sigma", "1", "--delta", "1e-5",
+     "--accountant", "coupled_rdp"],
 ])
 def test_bad_values_exit_2_with_one_line(host: PluginHost, capsys: pytest.CaptureFixture[str], argv: list) -> None:
     assert main(["privacy", *argv, "--json"], host=host) == 2

@@ -4,6 +4,7 @@
                                 --k-neg KNEG --sampling-rate GAMMA --sigma SIGMA --steps T [--delta D] [--json]
     graphveil privacy calibrate --method entity ... --target-epsilon E (no --sigma) [--json]
     graphveil privacy epsilon   --method edge --sampling-rate GAMMA --sigma SIGMA --steps T --delta D
+                                [--accountant edge_pld]
 
     graphveil privacy epsilon   --config RUN.yaml --nodes N [--edges M] [--sigma S] [--set KEY=VALUE ...]
     graphveil privacy calibrate --config RUN.yaml --nodes N [--edges M] --target-epsilon E
@@ -13,8 +14,9 @@
 
 Relational methods (``entity``, ``edge``): the accountant is built through the plugin host
 (``coupled_rdp`` for entity level, with Thm 3 for ``--clipping freq`` and Thm C.1 for
-``--clipping standard``; ``edge_rdp`` for edge level) and bound to profiles made from the flags
-with C = 1. δ defaults to 1/|E| when ``--edges`` is given.
+``--clipping standard``; ``edge_rdp`` for edge level, or ``--accountant edge_pld``: PLD, with the
+RDP ε beside) and bound to profiles made from the flags with C = 1. δ defaults to 1/|E| when
+``--edges`` is given.
 
 Every other method (paper 3's and paper 4's graph methods, any method plugin): the run config —
 a file (``--config``), or the method's built-in wiring (``--method``, :data:`METHOD_CONFIGS`,
@@ -47,6 +49,8 @@ from graphveil.profiles import (
 )
 
 _ACCOUNTANTS = {"entity": "coupled_rdp", "edge": "edge_rdp"}
+#: the accountants ``--accountant`` may pick per relational method (the first is the default)
+_ACCOUNTANT_CHOICES = {"entity": ("coupled_rdp",), "edge": ("edge_rdp", "edge_pld")}
 _CLIPPING = {"freq": SensitivityKind.FREQ_CLIP_NODE, "standard": SensitivityKind.STANDARD_TUPLE_NODE}
 
 _PER_NODE = {"sampler": {"name": "node_uniform_wor"}, "clipper": {"name": "per_node_clip"},
@@ -130,6 +134,9 @@ def add_privacy_parser(subparsers: Any) -> argparse.ArgumentParser:
                 "default: the config's privacy section"))
         else:
             sub.add_argument("--target-epsilon", type=float, required=True, help="ε to meet")
+        sub.add_argument("--accountant", help=(
+            "entity/edge: the accountant (edge: edge_rdp, default, or edge_pld, PLD with the RDP ε beside); "
+            "graph methods and --config: --set accountant.name=NAME"))
         sub.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     return parser
 
@@ -137,7 +144,7 @@ def add_privacy_parser(subparsers: Any) -> argparse.ArgumentParser:
 _GRAPH_ONLY = (("--config", "config"), ("--epochs", "epochs"), ("--batch-size", "batch_size"),
                ("--unit", "unit"), ("--set", "set"))
 _RELATIONAL_ONLY = (("--clipping", "clipping"), ("--degree-cap", "degree_cap"), ("--k-neg", "k_neg"),
-                    ("--sampling-rate", "sampling_rate"))
+                    ("--sampling-rate", "sampling_rate"), ("--accountant", "accountant"))
 
 
 def _profiles(args: argparse.Namespace) -> tuple[SamplingProfile, SensitivityProfile]:
@@ -190,7 +197,12 @@ def run_privacy(args: argparse.Namespace, host: Any) -> int:
         raise PrivacyError(f"--sampling-rate must be in (0, 1], got {args.sampling_rate!r}")
     delta = _delta(args)
     sampling, sensitivity = _profiles(args)
-    accountant = host.create("accountant", _ACCOUNTANTS[args.method], {})
+    choices = _ACCOUNTANT_CHOICES[args.method]
+    name = args.accountant or choices[0]
+    if name not in choices:
+        raise ConfigError(f"--accountant {name!r} does not analyse --method {args.method}; choose from "
+                          f"{', '.join(choices)}")
+    accountant = host.create("accountant", name, {})
     accountant.bind(sampling, sensitivity)
     out: dict[str, Any] = {"method": args.method}
     if args.method == "entity":
@@ -230,8 +242,9 @@ def _print_table(out: dict[str, Any]) -> None:
     if "target_epsilon" in out:
         rows.append(("target ε", f"{out['target_epsilon']:g}"))
     rows += [("σ", f"{out['sigma']:.6g}"), ("steps", str(out["steps"])), ("δ", f"{out['delta']:.3g}"),
-             ("ε", f"{out['epsilon']:.6g}"),
-             ("optimal α", "-" if out["alpha"] is None else f"{out['alpha']:g}")]
+             ("ε", f"{out['epsilon']:.6g}")]
+    rows += [(f"ε ({k[8:].upper()})", f"{out[k]:.6g}") for k in ("epsilon_pld", "epsilon_rdp") if k in out]
+    rows.append(("optimal α", "-" if out["alpha"] is None else f"{out['alpha']:g}"))
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")

@@ -2,7 +2,8 @@
 
 Poisson positives with decoupled negatives (drawn uniformly from V per tuple, independent of
 the data), per-tuple clipping at C, and accounting by dp-accounting's RDP analysis of the
-Poisson-subsampled Gaussian.
+Poisson-subsampled Gaussian (``edge_rdp``) or by its privacy loss distribution (``edge_pld``,
+tighter; reports the RDP ε beside).
 """
 
 from graphveil.hookspecs import hookimpl
@@ -25,5 +26,6 @@ def graphveil_clippers():
 @hookimpl
 def graphveil_accountants():
     from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
+    from graphveil.plugins.edge_dp.pld_accountant import EdgePldAccountant
 
-    return {"edge_rdp": EdgeRdpAccountant}
+    return {"edge_rdp": EdgeRdpAccountant, "edge_pld": EdgePldAccountant}

@@ -254,6 +254,18 @@ MUTANTS: tuple[Mutant, ...] = (
           "        return 2.0 * self.params.output_clip * math.sqrt(changed_examples(self.level.unit.degree_bound, self.hops))\n",
           "        return 2.0 * self.params.output_clip  # MUTANT: one row\n"),),
     ),
+    Mutant(
+        "pld-sensitivity", "edge_pld's per-step sensitivity C (C/2 instead)",
+        (("plugins/edge_dp/pld_accountant.py",
+          "                sigma, sensitivity=1.0, sampling_prob=self._rate, pessimistic_estimate=True,\n",
+          "                sigma, sensitivity=0.5, sampling_prob=self._rate, pessimistic_estimate=True,  # MUTANT\n"),),
+    ),
+    Mutant(
+        "pld-incremental", "edge_pld composing every step added to a cached history (one instead)",
+        (("plugins/edge_dp/pld_accountant.py",
+          "            extra = steps - done.get(sigma, 0)\n",
+          "            extra = min(1, steps - done.get(sigma, 0))  # MUTANT: one step\n"),),
+    ),
 )
 
 # Not a real mutant: breaks the import of graphveil in the copy. --self-test runs it to prove
