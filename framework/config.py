@@ -169,6 +169,50 @@ class TrainingConfig(_Strict):
     epochs: PositiveFinite | None = Field(None, description=(
         "Train for this many passes over the training examples in expectation: steps = "
         "ceil(epochs · n / b) once the data is read (replaces steps; σ is calibrated to it)."))
+    schedule: Literal["constant", "linear", "cosine"] = Field("constant", description=(
+        "Learning-rate schedule over the planned steps T (training.steps, or the steps planned from "
+        "training.epochs), one position per optimizer step: after the warm-up the rate stays at lr "
+        "(constant), or decays from lr linearly (linear) or by a half cosine (cosine) to 0 at the end "
+        "of step T (graphveil.engine.schedules has the closed form). A federated site follows one "
+        "schedule over the whole federation: round r's local steps take positions (r-1)·local-steps "
+        "onwards of T = rounds · local-steps. Post-processing: the accounting is unchanged."))
+    warmup: float = Field(0.0, description=(
+        "Fraction in [0, 1) of the planned steps with linear warm-up from 0: the first W = "
+        "ceil(warmup·T) steps train at lr·(t+1)/W, t = 0..W-1 (paper 2: 0.1). Applies to every "
+        "schedule, constant included."))
+    weight_decay: float = Field(0.0, description=(
+        "Decoupled weight decay λ >= 0, scaled by the scheduled rate η: adam becomes torch AdamW "
+        "(θ ← θ·(1 - ηλ) - η·Adam update); sgd uses torch SGD's weight_decay (θ ← θ - η(g̃ + λθ), "
+        "which without momentum is the same decoupled decay θ·(1 - ηλ) - ηg̃). Post-processing of "
+        "the released noisy gradient: it reads only the parameters. Applies to every trainable "
+        "parameter (biases and norms included, unlike transformers' Trainer). 0: plain Adam / SGD."))
+    micro_batch_size: int | None = Field(None, description=(
+        "Physical batch: run the forward/backward on chunks of this many examples of the logical "
+        "batch the sampler drew (gradient accumulation). Per-example norms are computed per chunk; "
+        "the clipping factors over the whole logical batch (FREQ-CLIP's node frequencies too), one "
+        "noise draw and one optimizer step per logical batch, so the update and the accounting are "
+        "those of the unchunked batch. None (default): the whole batch at once."))
+
+    @field_validator("warmup")
+    @classmethod
+    def _warmup(cls, v: float) -> float:
+        if not 0 <= v < 1:
+            raise ValueError("must be a fraction of the planned steps in [0, 1), e.g. 0.1 for the first 10 %")
+        return v
+
+    @field_validator("weight_decay")
+    @classmethod
+    def _weight_decay(cls, v: float) -> float:
+        if not (v >= 0 and math.isfinite(v)):
+            raise ValueError("must be a finite number >= 0")
+        return v
+
+    @field_validator("micro_batch_size", mode="before")
+    @classmethod
+    def _micro_batch_size(cls, v: Any) -> Any:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError("must be an integer >= 1 (the examples per forward/backward), or null for the whole batch")
+        return v
 
     @model_validator(mode="after")
     def _steps_or_epochs(self) -> TrainingConfig:

@@ -85,6 +85,8 @@ class TrainingSession:
         self._finished = False
         self.steps_done = 0
         self.tuples_used = 0
+        self.schedule_position = 0  # the learning-rate schedule's next step (0-based)
+        self.lr_schedule: Any = None  # graphveil.engine.schedules.LrSchedule, built by prepare()
         self._prepared = False
         self.records_key: str | None = None
 
@@ -155,8 +157,11 @@ class TrainingSession:
         profile = self.sampling_profile
         log.info("sampling profile %s; sigma=%.4f delta=%.3g", profile, self.noise_multiplier, self.delta)
         self._run_stages(self.plan.before_training())
+        if getattr(self.task, "reads_release", False):
+            self._bind_sampler_to_release()
         self.task.prepare_model(self.encoder)
         self.optimizer = self._build_optimizer()
+        self.lr_schedule = self._build_schedule()
         self._prepared = True
 
     def bind_accounting(self, task: Any = None) -> None:
@@ -195,6 +200,19 @@ class TrainingSession:
         for release in self.plan.releases:
             if release.mechanism.calibrated():
                 release.mechanism.noise_multiplier = self.noise_multiplier
+
+    def _bind_sampler_to_release(self) -> None:
+        """Prepare the sampler again on the task's training view once the release it reads has
+        run (paper 2's RR baseline trains on randomized relations). Before, the raw training side
+        sized the run (δ, a first profile); σ and ε do not depend on the sampler here, because
+        only a training stage without noise may read a release this way."""
+        if self.trains_privately:
+            raise ConfigError(f"task {self.config.task.name!r} trains on a release, but the plan trains with "
+                              "DP-SGD: its sampling profile would change after σ was calibrated; a training "
+                              "stage that reads a release must train without noise (post-processing)")
+        self.sampling_profile = self._prepare_sampler()
+        self.planned_steps = self._planned_steps(self.sampling_profile)
+        log.info("sampler bound to the released training view: %s", self.sampling_profile)
 
     def _prepare_sampler(self, task: Any = None) -> Any:
         """``sampler.prepare`` on the training side, reusing a stored record set when there is one.
@@ -301,6 +319,13 @@ class TrainingSession:
 
         return build_optimizer(self.encoder.trainable_parameters(), self.config.training)
 
+    def _build_schedule(self) -> Any:
+        """``training.schedule`` / ``warmup`` over the planned steps (:mod:`graphveil.engine.schedules`)."""
+        from graphveil.engine.schedules import LrSchedule
+
+        training = self.config.training
+        return LrSchedule(self.optimizer, training.schedule, self.planned_steps, training.warmup)
+
     # ------------------------------------------------------------------ train
     def projected_epsilon(self, extra_steps: int) -> float:
         """ε the accountant would report after ``extra_steps`` more steps (nothing recorded)."""
@@ -318,8 +343,16 @@ class TrainingSession:
         return self.projected_epsilon(0)
 
     def train(self, num_steps: int | None = None,
-              on_step: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """Run ``num_steps`` steps (default: the planned steps); every step is accounted."""
+              on_step: Callable[[int, dict[str, Any]], None] | None = None, *,
+              schedule_start: int | None = None) -> dict[str, Any]:
+        """Run ``num_steps`` steps (default: the planned steps); every step is accounted.
+
+        Each step is one logical batch from the sampler (run in chunks of
+        ``training.micro_batch_size``), one noise draw, one optimizer step at the scheduled
+        rate. ``schedule_start``: the schedule position of the first step (a federated site
+        passes its round's offset, since it builds a fresh session each round); default: continue
+        where this session's schedule is (0 for a new session).
+        """
         from graphveil.engine.dp_step import dp_step, nonprivate_step
 
         self.prepare()
@@ -327,6 +360,11 @@ class TrainingSession:
         steps = (self.planned_steps if self.plan.trains else 0) if num_steps is None else num_steps
         if steps < 0:
             raise ConfigError(f"number of steps must be >= 0, got {steps}")
+        if schedule_start is not None:
+            if schedule_start < 0:
+                raise ConfigError(f"schedule_start must be >= 0, got {schedule_start}")
+            self.schedule_position = schedule_start
+        self._warn_beyond_plan(steps)
         if steps and not self.plan.trains:
             raise ConfigError(f"method {cfg.method.name!r} has no training stage; {steps} steps were asked for")
         private = self.trains_privately
@@ -337,15 +375,18 @@ class TrainingSession:
         noise = self.noise if private else None
         for _ in range(steps):
             batch = self.task.lift(self.sampler.sample(self.generator))
+            lr = self.lr_schedule.set_step(self.schedule_position)
             metrics = step_fn(
                 self.encoder, batch, clipper=self.clipper, noise_multiplier=self.noise_multiplier,
                 expected_batch_size=expected_b, optimizer=self.optimizer, loss=self.task.losses, noise=noise,
+                micro_batch_size=cfg.training.micro_batch_size,
             ).as_dict()
             if private:
                 self.accountant.step(noise_multiplier=self.noise_multiplier)
             self.steps_done += 1
+            self.schedule_position += 1
             self.tuples_used += batch.size
-            metrics = dict(metrics, step=self.steps_done)
+            metrics = dict(metrics, step=self.steps_done, lr=lr)
             if private:
                 metrics["epsilon"] = self.accountant.get_epsilon(self.delta)
             if metrics.get("loss") is not None:
@@ -363,6 +404,14 @@ class TrainingSession:
             "tuples_used": self.tuples_used,
             "epsilon": self.epsilon(),
         }
+
+    def _warn_beyond_plan(self, steps: int) -> None:
+        training = self.config.training
+        end = self.schedule_position + steps
+        if training.schedule != "constant" and steps and end > self.planned_steps:
+            log.warning("training.schedule=%s decays to 0 at the planned step %d; steps %d-%d run beyond "
+                        "it at rate 0 (their privacy cost is still accounted)", training.schedule,
+                        self.planned_steps, max(self.schedule_position, self.planned_steps) + 1, end)
 
     # ------------------------------------------------------------------ evaluate
     def evaluate(self) -> dict[str, float]:

@@ -162,7 +162,7 @@ def test_spent_budget_is_refused_without_touching_the_data(tmp_path: Path) -> No
 
 
 class _LeakySession(FakeSession):
-    def train(self, num_steps=None):
+    def train(self, num_steps=None, **_):
         raise DataError("entities.jsonl, line 3: unknown entity 'patient-0042'")
 
 

@@ -172,7 +172,7 @@ class FakeSession:
     def load_trainable_state(self, state: Mapping[str, torch.Tensor]) -> None:
         self.encoder.load_trainable_state(state)
 
-    def train(self, num_steps: int | None = None) -> dict[str, Any]:
+    def train(self, num_steps: int | None = None, *, schedule_start: int | None = None) -> dict[str, Any]:
         steps = self.config.training.steps if num_steps is None else num_steps
         with torch.no_grad():
             for p in self.encoder.parameters():

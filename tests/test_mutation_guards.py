@@ -27,9 +27,9 @@ class _OwnDeltaSession(FakeSession):
         super().prepare()
         self.delta = 1.0 / 1234  # e.g. 1/|Ē|: reveals the size of the site's graph
 
-    def train(self, num_steps=None):
+    def train(self, num_steps=None, **kw):
         type(self).trained += 1
-        return super().train(num_steps)
+        return super().train(num_steps, **kw)
 
 
 def test_site_refuses_a_session_whose_delta_is_not_the_sites(tmp_path: Path) -> None:

@@ -13,7 +13,9 @@ One train message = one round at the site (:func:`handle_train`):
    if the site set ``share-epsilon``);
 4. load the global adapter, run the local DP steps (the session's accountant holds only this
    round's steps; the ledger adds their RDP curve to the site's total), confirm the spend
-   (:meth:`PrivacyLedger.release`);
+   (:meth:`PrivacyLedger.release`). The learning-rate schedule spans the whole federation
+   (``training.steps`` = rounds × local steps): round ``r`` trains at its positions
+   ``(r-1)·local_steps …``, though the session (and the optimizer's state) is new each round;
 5. reply with the updated adapter and scalars (:mod:`.records`) — nothing else leaves.
 
 Errors are logged at the site in full; the server only learns which stage failed, because an
@@ -160,7 +162,9 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, config: Ru
     stage.now = "training"
     try:
         session.load_trainable_state(incoming)
-        session.train(local_steps)
+        # one learning-rate schedule over the federation (training.steps = rounds × local steps):
+        # round r's steps take positions (r-1)·local_steps onwards, whatever this site did before
+        session.train(local_steps, schedule_start=(server_round - 1) * local_steps)
         entry = ledger.release(reservation, session.accountant)
     except BudgetExhaustedError as exc:  # the steps that ran cost more than reserved
         raise _Refusal(records.REFUSED, str(exc), _refusal_metrics(

@@ -11,7 +11,8 @@ size (γ·m under Poisson sampling): dividing by the realised size would make th
 value depend on the batch size beyond the analysed sensitivity. An empty batch still releases
 noise and steps. DP-Adam / DP-SGD is the torch optimizer applied to ``g̃`` (post-processing).
 
-Micro-batching (``micro_batch_size=m``) bounds the memory of the forward/backward, not the
+Micro-batching (``micro_batch_size=m``; ``training.micro_batch_size`` in a run, where the
+sampler's batch is the logical batch) bounds the memory of the forward/backward, not the
 released value: the batch is split with ``batch.select(index)`` (:class:`~graphveil.tasks.Batch`) into
 consecutive chunks of ``m`` examples; each chunk is recorded and differentiated on its own and
 its per-example records are kept (per-example gradients of book-keeping layers, inputs and
@@ -85,13 +86,21 @@ class StepMetrics:
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], training: TrainingConfig) -> torch.optim.Optimizer:
-    """``torch.optim.Adam`` (DP-Adam on the privatised gradient) or ``SGD`` at ``training.lr``."""
+    """``torch.optim.Adam`` (DP-Adam on the privatised gradient) or ``SGD`` at ``training.lr``.
+
+    With ``training.weight_decay = λ > 0``: ``AdamW(weight_decay=λ)`` (decoupled decay) instead
+    of Adam, ``SGD(weight_decay=λ)`` (without momentum the same decoupled ``θ·(1 − ηλ)``). The
+    decay reads only the parameters: post-processing of the released gradient.
+    """
     params = list(params)
     if not params:
         raise PluginError("the encoder has no trainable parameters to optimise")
+    decay = training.weight_decay
     if training.optimizer == "adam":
+        if decay > 0:
+            return torch.optim.AdamW(params, lr=training.lr, weight_decay=decay)
         return torch.optim.Adam(params, lr=training.lr)
-    return torch.optim.SGD(params, lr=training.lr)
+    return torch.optim.SGD(params, lr=training.lr, weight_decay=decay)
 
 
 def _anchor_positions(batch: TupleBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

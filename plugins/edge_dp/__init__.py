@@ -29,3 +29,10 @@ def graphveil_accountants():
     from graphveil.plugins.edge_dp.pld_accountant import EdgePldAccountant
 
     return {"edge_rdp": EdgeRdpAccountant, "edge_pld": EdgePldAccountant}
+
+
+@hookimpl
+def graphveil_methods():
+    from graphveil.plugins.edge_dp.rr_baseline import RrFinetune
+
+    return {"rr_finetune": RrFinetune}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from graphveil.components import Encoder, TupleBatch
 from graphveil.data import RelationalGraph, transfer_split
@@ -14,6 +16,28 @@ from graphveil.errors import ConfigError
 from graphveil.evaluation import relation_prediction
 from graphveil.tasks import MetricColumn, Task
 from graphveil.units import PrivacyUnit
+
+RELEASED = "released:"
+
+
+class RelationalParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    relations: str = Field("raw", description=(
+        "The training relations the sampler draws from: 'raw' (the training side's) or "
+        "'released:<name>' (a release's relational graph on the training entities, e.g. "
+        "'released:rr_relations' of method rr_finetune). A release is read only by a training "
+        "stage that trains without noise; before it runs, the raw side sizes the run (δ)."))
+
+    @field_validator("relations")
+    @classmethod
+    def _relations(cls, v: str) -> str:
+        if v != "raw" and not (v.startswith(RELEASED) and re.fullmatch(r"[a-z][a-z0-9_]*", v.removeprefix(RELEASED))):
+            raise ValueError("must be 'raw' or 'released:<name>', e.g. 'released:rr_relations'")
+        return v
+
+    @property
+    def release(self) -> str | None:
+        return None if self.relations == "raw" else self.relations.removeprefix(RELEASED)
 
 
 class RelationalTask(Task):
@@ -27,11 +51,12 @@ class RelationalTask(Task):
     (``evaluation.batch_size``, ``evaluation.max_edges``).
     """
 
+    Params = RelationalParams
     model_family: ClassVar[str] = "encoder"
     metrics: ClassVar[tuple[MetricColumn, ...]] = (MetricColumn("prec1", "PREC@1"), MetricColumn("mrr", "MRR"))
 
-    def __init__(self, params: Any = None) -> None:
-        self.params = params
+    def __init__(self, params: RelationalParams | None = None) -> None:
+        self.params = params if params is not None else RelationalParams()
         self.loss = LossSpec()
         self.eval_batch_size, self.eval_max_edges, self.eval_seed = 256, None, 0
 
@@ -68,7 +93,20 @@ class RelationalTask(Task):
 
     @property
     def train_view(self) -> RelationalGraph:
-        return self.train_graph
+        """The training side, or (``relations: released:<name>``) that release once it has run."""
+        name = self.params.release
+        if name is None or name not in self.released:
+            return self.train_graph
+        graph = self.released[name]
+        if not isinstance(graph, RelationalGraph) or graph.entity_ids != self.train_graph.entity_ids:
+            raise ConfigError(f"task.relations: release {name!r} is not a relational graph on the training "
+                              "entities")
+        return graph
+
+    @property
+    def reads_release(self) -> bool:
+        """Whether training reads a release (the session then binds the sampler to it after it runs)."""
+        return self.params.release is not None
 
     def num_units(self, unit: PrivacyUnit | None) -> int:
         """Training relations before capping (edge-level) or training entities (otherwise)."""

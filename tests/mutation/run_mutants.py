@@ -125,8 +125,8 @@ MUTANTS: tuple[Mutant, ...] = (
           "        )\n",
           "        pass  # MUTANT: no reservation before training\n"),
          ("connectors/flower/site.py",
-          "        session.train(local_steps)\n",
-          "        session.train(local_steps)\n"
+          "        session.train(local_steps, schedule_start=(server_round - 1) * local_steps)\n",
+          "        session.train(local_steps, schedule_start=(server_round - 1) * local_steps)\n"
           "        reservation = ledger.reserve(  # MUTANT: reserved after the steps ran\n"
           "            session.accountant, noise_multiplier=sigma, steps=local_steps, delta=delta,\n"
           "            budget=site.epsilon_budget, site=site.site_name, run=str(context.run_id), round=server_round,\n"
@@ -137,14 +137,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "node-replace-sensitivity", "DP-MLP's replace-one sensitivity 2C (accounted as C)",
         (("plugins/node_dp/accountant.py",
-          "        gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / self.REPLACEMENT_SENSITIVITY)\n",
-          "        gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)  # MUTANT: sensitivity C\n"),),
+          "            n, b, dp_accounting.GaussianDpEvent(noise_multiplier / sensitivity))\n",
+          "            n, b, dp_accounting.GaussianDpEvent(noise_multiplier))  # MUTANT: sensitivity C\n"),),
     ),
     Mutant(
         "node-wor-sampler", "DP-MLP's without-replacement node batches (drawn with replacement)",
         (("plugins/node_dp/sampler.py",
-          "        return NodeBatch(torch.randperm(self.profile.num_records, generator=generator)[: self.params.batch_size])\n",
-          "        return NodeBatch(torch.randint(0, self.profile.num_records, (self.params.batch_size,), generator=generator))  # MUTANT\n"),),
+          "        return NodeBatch(torch.randperm(self.profile.num_records, generator=generator)[: self.profile.batch_size])\n",
+          "        return NodeBatch(torch.randint(0, self.profile.num_records, (self.profile.batch_size,), generator=generator))  # MUTANT\n"),),
     ),
     Mutant(
         "units-agree", "the whole-unit comparison of sampler, clipper, accountant and mechanisms",
@@ -473,11 +473,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="python of the venv (default: this one)")
     args = parser.parse_args(argv)
 
-    if args.list:
+    if args.list:  # also checks that every snippet still occurs exactly once in the checkout
+        stale = 0
         for m in MUTANTS:
             where = ", ".join(sorted({e[0] for e in m.edits}))
-            print(f"{m.id:20s} {where:35s} {m.removes}" + (f"  [{m.note}]" if m.note else ""))
-        return 0
+            counts = [(REPO / e[0]).read_text().count(e[1]) if (REPO / e[0]).is_file() else 0 for e in m.edits]
+            flag = "" if all(c == 1 for c in counts) else f"  [STALE: snippet found {counts} times]"
+            stale += bool(flag)
+            print(f"{m.id:20s} {where:35s} {m.removes}" + (f"  [{m.note}]" if m.note else "") + flag)
+        return 2 if stale else 0
     known = {m.id for m in MUTANTS}
     unknown = [i for i in args.only if i not in known]
     if unknown:

