@@ -117,3 +117,27 @@ def test_the_plan_refuses_what_it_cannot_account(tmp_path: Path, overrides: dict
 
     with pytest.raises(ConfigError, match=message):
         TrainingSession(run_config(tmp_path, **overrides), host=default_host()).assemble()
+
+
+def test_a_dp_sgd_stage_may_not_train_on_a_release(tmp_path: Path) -> None:
+    """The sampler is bound to a release only for training without noise: with DP-SGD its
+    profile would change after σ was calibrated for the raw training side."""
+    from graphveil.hookspecs import hookimpl
+    from graphveil.host import PluginHost
+    from graphveil.methods import Method, Plan, Release, Train
+    from graphveil.session import TrainingSession
+
+    class PrivateOnRelease(Method):
+        def plan(self, config: Any, mechanisms: Any) -> Plan:
+            return Plan((Release(RELATIONS, RelationRR(2.0, 0, 10**7)), Train()))
+
+    class Plugin:
+        @hookimpl
+        def graphveil_methods(self):
+            return {"private_on_release": PrivateOnRelease}
+
+    host = PluginHost()
+    host.register(Plugin(), "test-private-on-release")
+    cfg = run_config(tmp_path, method={"name": "private_on_release"})
+    with pytest.raises(ConfigError, match="must train without noise"):
+        TrainingSession(cfg, host=host).prepare()

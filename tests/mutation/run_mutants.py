@@ -255,6 +255,12 @@ MUTANTS: tuple[Mutant, ...] = (
           "        return 2.0 * self.params.output_clip  # MUTANT: one row\n"),),
     ),
     Mutant(
+        "release-view-guard", "the refusal of a DP-SGD stage whose sampler would be bound to a release after calibration",
+        (("framework/session.py",
+          "        if self.trains_privately:\n            raise ConfigError(f\"task {self.config.task.name!r} trains on a release",
+          "        if False:  # MUTANT\n            raise ConfigError(f\"task {self.config.task.name!r} trains on a release"),),
+    ),
+    Mutant(
         "pld-sensitivity", "edge_pld's per-step sensitivity C (C/2 instead)",
         (("plugins/edge_dp/pld_accountant.py",
           "                sigma, sensitivity=1.0, sampling_prob=self._rate, pessimistic_estimate=True,\n",
