@@ -10,6 +10,11 @@ call it once per step or once per micro-batch.
 
 Subclasses provide the model-specific parts: tokenisation (:meth:`~CachedLoraEncoder._tokenize`),
 the frozen lower layers (:meth:`~CachedLoraEncoder._frozen_states`) and the ``top`` module.
+
+Full fine-tuning (``full_finetune``, an encoder's ``finetune: full``): no LoRA and nothing
+frozen, so there is nothing to cache but the tokens. ``prepare`` keeps each entity's model
+inputs stacked on a last axis (``(n, T, k)`` integers, in the order of the subclass's
+``_tokenize``) and ``top`` runs the whole model from them; trimming and ``embed`` are unchanged.
 """
 
 from __future__ import annotations
@@ -110,6 +115,20 @@ def check_lora_layers(lora_layers: int, num_layers: int, model: str) -> int:
     return num_layers - lora_layers
 
 
+#: Options that only mean something for LoRA with a frozen-layer cache.
+LORA_ONLY = ("lora_rank", "lora_alpha", "lora_dropout", "target_modules", "lora_layers", "cache_batch_size")
+
+
+def check_full_finetune(params: LoraParams) -> None:
+    """Refuse LoRA/cache options given together with ``finetune: full`` (they would be ignored)."""
+    given = [name for name in LORA_ONLY if name in params.model_fields_set]
+    if given:
+        raise ConfigError(
+            f"encoder.{given[0]}: only applies to finetune: lora; finetune: full trains every weight "
+            f"(no LoRA adapters, no frozen-layer cache), so drop {', '.join(given)}"
+        )
+
+
 def no_dropout(model: nn.Module) -> None:
     """Switch off the base model's dropout: the cache of frozen layers must be deterministic.
     (``nn.Dropout`` modules and the ``attention_dropout`` rate decoder attention reads.)"""
@@ -155,7 +174,9 @@ class CachedLoraEncoder(Encoder):
     A subclass's ``__init__`` sets ``params``, ``tokenizer``, ``peft`` (the model with LoRA),
     ``first_lora_layer``, ``top`` (``(N, T, H), (N, T) → (N, d)``, not registered as a
     submodule: its modules already are, under ``peft``), ``dim`` and, if not the defaults,
-    ``device`` and ``cache_dtype``; then calls :meth:`_reset`.
+    ``device`` and ``cache_dtype``; then calls :meth:`_reset`. For full fine-tuning it sets
+    ``full_finetune = True`` and ``transformer`` (the bare model, trainable) instead of ``peft``,
+    and ``top`` maps ``(N, T, k)`` token inputs and the ``(N, T)`` mask to ``(N, d)``.
     """
 
     #: The component name, used in messages.
@@ -164,6 +185,8 @@ class CachedLoraEncoder(Encoder):
     random_models: ClassVar[frozenset[str]] = frozenset()
 
     params: LoraParams
+    #: Every weight trains; ``prepare`` keeps tokens and ``top`` runs the whole model (module note).
+    full_finetune: bool = False
     first_lora_layer: int
     dim: int
     device: torch.device = torch.device("cpu")
@@ -176,8 +199,8 @@ class CachedLoraEncoder(Encoder):
 
     @property
     def base(self) -> nn.Module:
-        """The transformers model, with LoRA injected in place."""
-        return self.peft.get_base_model()
+        """The transformers model, with LoRA injected in place (the bare model if fine-tuned in full)."""
+        return self.transformer if self.full_finetune else self.peft.get_base_model()
 
     @abstractmethod
     def _tokenize(self, texts: Sequence[str]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -201,6 +224,10 @@ class CachedLoraEncoder(Encoder):
         """
         if graph.texts is None:
             raise DataError(f"graph {graph.name!r} has no entity texts; {self.component} encodes text")
+        if self.full_finetune:  # nothing is frozen: keep the tokens, embed() runs the whole model
+            inputs, mask = self._tokenize(list(graph.texts))
+            self._hidden, self._mask = torch.stack(list(inputs.values()), -1), mask
+            return
         key = self._cache_key(graph)
         cached = _FROZEN_CACHE.get(key)
         if cached is None:
@@ -239,9 +266,9 @@ class CachedLoraEncoder(Encoder):
         return self.top(*self.cached_inputs(ids))
 
     def cached_inputs(self, entity_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs of :attr:`top` for these entities: ``(N, T', H)`` cached states and ``(N, T')``
-        mask on :attr:`device`, trimmed to the columns some sequence uses
-        (``embed = top(*cached_inputs(ids))``)."""
+        """Inputs of :attr:`top` for these entities: ``(N, T', H)`` cached states (``(N, T', k)``
+        token inputs under full fine-tuning) and ``(N, T')`` mask on :attr:`device`, trimmed to
+        the columns some sequence uses (``embed = top(*cached_inputs(ids))``)."""
         if self._hidden is None or self._mask is None:
             raise RuntimeError(f"{type(self).__name__}.embed called before prepare(graph)")
         ids = torch.as_tensor(entity_ids, dtype=torch.long).reshape(-1).cpu()
@@ -254,5 +281,10 @@ class CachedLoraEncoder(Encoder):
         return self._hidden[ids][:, used].to(self.device), mask[:, used].to(self.device)
 
     def save(self, directory: Path) -> None:
-        """Write the LoRA adapter (``adapter_config.json``, ``adapter_model.safetensors``)."""
-        self.peft.save_pretrained(str(directory))
+        """Write the LoRA adapter (``adapter_config.json``, ``adapter_model.safetensors``); under
+        full fine-tuning the whole model and its tokenizer (a directory ``model:`` can load)."""
+        if self.full_finetune:
+            self.transformer.save_pretrained(str(directory))
+            self.tokenizer.save_pretrained(str(directory))
+        else:
+            self.peft.save_pretrained(str(directory))

@@ -14,6 +14,17 @@ excluded from the pool). Memory of the cache: ``n · max_length · hidden · 4``
 Per-tuple gradients (:mod:`graphveil.engine.per_tuple`) see only ``nn.Linear`` LoRA factors, and
 no activation mixes sequences along dim 0, so the tuple decomposition is exact.
 
+Full fine-tuning (``finetune: full``): no LoRA; every weight of the transformer trains —
+word, position and token-type embeddings, every LayerNorm, every attention and FFN linear (only
+the unused BERT pooler and the attention key biases, whose gradient is exactly zero, stay frozen:
+:func:`_full_trainable`). Nothing is frozen, so nothing is cached: :meth:`prepare` keeps
+the tokens and :meth:`embed` runs the whole model from them. Position and token-type ids are fed
+batch-shaped ``(N, T)``: transformers' ``BertEmbeddings`` would otherwise look positions up from
+a ``(1, T)`` buffer broadcast over the batch, and the per-example hooks of ``nn.Embedding`` need
+one row per sequence. The per-tuple engine then sees ``nn.Embedding``, ``nn.LayerNorm`` and
+``nn.Linear`` modules only; the decomposition stays exact (no activation mixes sequences). LoRA
+and cache options (``lora_*``, ``target_modules``, ``cache_batch_size``) are refused with it.
+
 Reproducibility: the LoRA initialisation (and ``tiny-bert``'s random weights) are drawn under
 ``torch.manual_seed(params.seed)`` in a forked RNG state, independent of the caller's global
 RNG. Dropout of the base model is switched off (the cache must be deterministic); LoRA dropout
@@ -25,7 +36,7 @@ records ``lora_A``'s post-dropout input.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +47,7 @@ from graphveil.plugins.hf_common import (
     CachedLoraEncoder,
     LoraParams,
     add_lora,
+    check_full_finetune,
     check_lora_layers,
     check_model_type,
     loading,
@@ -70,6 +82,12 @@ class HfLoraParams(LoraParams):
     )
     normalize: bool = Field(True, description="L2-normalise the mean-pooled embeddings.")
     seed: int = Field(0, description="Seed of the LoRA initialisation (and of tiny-bert's random weights).")
+    finetune: Literal["lora", "full"] = Field(
+        "lora",
+        description="'lora': LoRA adapters on the top lora_layers layers, the frozen layers below "
+        "cached; 'full': every weight of the transformer trains (embeddings, LayerNorms, linears), "
+        "no LoRA, no cache.",
+    )
 
 
 class _TopStack(nn.Module):
@@ -88,6 +106,31 @@ class _TopStack(nn.Module):
         return F.normalize(pooled, dim=-1) if self.normalize else pooled
 
 
+class _FullStack(nn.Module):
+    """Embeddings + every layer + pooling, from tokens: ``(N, T, 2) [input ids, token types], (N, T) → (N, H)``."""
+
+    def __init__(self, embeddings: nn.Module, top: _TopStack) -> None:
+        super().__init__()
+        self.embeddings, self.top = embeddings, top
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        input_ids, token_type_ids = tokens.unbind(-1)
+        hidden = self.embeddings(
+            input_ids=input_ids, token_type_ids=token_type_ids, position_ids=_position_ids(self.embeddings, input_ids)
+        )
+        return self.top(hidden, mask)
+
+
+def _position_ids(embeddings: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """The position ids the model would use, one row per sequence ``(N, T)``: RoBERTa-style
+    models derive them from the padding (already per row); BERT reads a ``(1, max_len)`` buffer."""
+    from_ids = getattr(embeddings, "create_position_ids_from_input_ids", None)
+    if from_ids is not None:
+        return from_ids(input_ids, embeddings.padding_idx)
+    n, t = input_ids.shape
+    return embeddings.position_ids[:, :t].expand(n, t)
+
+
 def _run_layers(layers, hidden: torch.Tensor, mask: torch.Tensor, config) -> torch.Tensor:
     from transformers.masking_utils import create_bidirectional_mask
 
@@ -99,7 +142,8 @@ def _run_layers(layers, hidden: torch.Tensor, mask: torch.Tensor, config) -> tor
 
 
 class HfLoraEncoder(CachedLoraEncoder):
-    """Hugging Face text encoder (default: packaged MiniLM) with LoRA on its top layers, mean pooled."""
+    """Hugging Face text encoder (default: packaged MiniLM) with LoRA on its top layers (or, with
+    ``finetune: full``, every weight trainable), mean pooled."""
 
     Params: ClassVar[type[BaseModel]] = HfLoraParams
     component = "hf_lora"
@@ -115,14 +159,20 @@ class HfLoraEncoder(CachedLoraEncoder):
             check_model_type(model_type, list(DEFAULT_TARGETS), "hf_lora",
                              "BERT-style encoders whose layers can be cached")
             num_layers = len(base.encoder.layer)
-            self.first_lora_layer = check_lora_layers(params.lora_layers, num_layers, params.model)
             no_dropout(base)
-            targets = params.target_modules or DEFAULT_TARGETS[model_type]
-            self.peft = add_lora(base, params, targets, range(self.first_lora_layer, num_layers), "layer")
+            if params.finetune == "full":
+                check_full_finetune(params)
+                self.full_finetune, self.first_lora_layer = True, 0
+                self.transformer = _full_trainable(base)
+            else:
+                self.first_lora_layer = check_lora_layers(params.lora_layers, num_layers, params.model)
+                targets = params.target_modules or DEFAULT_TARGETS[model_type]
+                self.peft = add_lora(base, params, targets, range(self.first_lora_layer, num_layers), "layer")
         layers = list(base.encoder.layer)
-        # Not registered as submodules (they already are, under self.peft).
+        # Not registered as submodules (they already are, under self.peft / self.transformer).
         object.__setattr__(self, "_lower", layers[: self.first_lora_layer])
-        object.__setattr__(self, "top", _TopStack(layers[self.first_lora_layer :], base.config, params.normalize))
+        top = _TopStack(layers[self.first_lora_layer :], base.config, params.normalize)
+        object.__setattr__(self, "top", _FullStack(base.embeddings, top) if self.full_finetune else top)
         self.dim = int(base.config.hidden_size)
         self._reset()
 
@@ -131,10 +181,29 @@ class HfLoraEncoder(CachedLoraEncoder):
             list(texts), padding="max_length", truncation=True, max_length=self.params.max_length, return_tensors="pt"
         )
         inputs = {k: v for k, v in tokens.items() if k in ("input_ids", "token_type_ids")}
+        if self.full_finetune:  # _FullStack reads [input ids, token types]; zeros as BertEmbeddings' buffer
+            inputs = {"input_ids": inputs["input_ids"],
+                      "token_type_ids": inputs.get("token_type_ids", torch.zeros_like(inputs["input_ids"]))}
         return inputs, tokens["attention_mask"].bool()
 
     def _frozen_states(self, inputs: dict[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
         return _run_layers(self._lower, self.base.embeddings(**inputs), mask, self.base.config)
+
+
+def _full_trainable(base: nn.Module) -> nn.Module:
+    """Every weight trainable except those that cannot change the embeddings: the pooler (mean
+    pooling never reaches it) and the attention KEY biases (a query's scores all shift by
+    ``q·b_k``, which softmax ignores: their gradient is exactly zero, autograd returns rounding
+    noise that the per-tuple engine's summed-gradient check cannot tell from a tracking error,
+    and DP noise on them would be pure noise)."""
+    base.requires_grad_(True)
+    if getattr(base, "pooler", None) is not None:
+        base.pooler.requires_grad_(False)
+    for layer in base.encoder.layer:
+        key = layer.attention.self.key
+        if key.bias is not None:
+            key.bias.requires_grad_(False)
+    return base
 
 
 def _load(model: str):

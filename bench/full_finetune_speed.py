@@ -1,0 +1,268 @@
+"""DP step time / non-private step time for FULL fine-tuning of a BERT-style encoder vs LoRA.
+
+Four configurations of the ``hf_lora`` encoder, in ONE run (one worker subprocess each, one after
+the other), on the SAME batches of tuples (bundled CiteSeer texts, uniform negatives):
+
+* ``minilm-lora`` / ``minilm-full``: the packaged MiniLM (6 layers, hidden 384, 22.7M weights),
+  ``finetune: lora`` (the defaults: r=8 on query/value of the top 2 layers) / ``finetune: full``;
+* ``bert-base-lora`` / ``bert-base-full``: a RANDOM BERT-base-sized model (hidden 768, 12 layers,
+  12 heads, FFN 3072, 109M weights) built from a config and saved to a temporary directory once
+  (nothing is downloaded; MiniLM's tokenizer, the same 30522-token uncased vocabulary).
+
+In each worker the modes run interleaved step by step (order rotated), as in
+``bench/dp_step_speed.py``, so load from other processes hits them alike:
+
+* ``nonprivate`` — :func:`graphveil.engine.dp_step.nonprivate_step` (mean loss, backward, Adam);
+* ``dp``         — :func:`graphveil.engine.dp_step.dp_step` as a run does it: per-tuple norms
+  (ghost / book-keeping, ``auto``), clipping, the default secure noise (OS CSPRNG, 4-sum), DP-Adam;
+* ``dp_no_noise`` — the same ``dp_step`` with a noise object that adds nothing: the per-tuple
+  engine's cost alone (NOT private; a measuring device that isolates the noise draw).
+
+Reported: the median over steps of the PAIRED ratio to the non-private step on the same batch.
+Then, for the full configurations, a phase breakdown (median of a few repetitions) of one DP step
+done with the engine's public API — forward (recording), backward + per-tuple norms
+(``compute``), clipped weighted sums (``accumulate``), noise, Adam — next to the non-private
+forward, backward, Adam; with ``--materialize`` also the engine forced to materialise
+per-example gradients of every linear (memory: b × weights).
+
+    python bench/full_finetune_speed.py [--batch 8] [--k-neg 2] [--steps 3] [--threads 1]
+
+Results: a markdown table on stdout, one JSON line per configuration appended to
+``bench/results/full_finetune_speed.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODES = ("nonprivate", "dp", "dp_no_noise")
+CONFIGS = ("minilm-lora", "minilm-full", "bert-base-lora", "bert-base-full")
+BERT_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+RESULTS = Path(__file__).parent / "results" / "full_finetune_speed.jsonl"
+GOAL = {"lora": 1.1, "full": 1.5}
+
+
+def make_bert_base(directory: str) -> None:
+    """A random BERT-base-sized model + MiniLM's tokenizer in ``directory`` (seeded, offline)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from graphveil.plugins.hf_common import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path(), local_files_only=True)
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=tokenizer.vocab_size, **BERT_BASE)).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
+def setup(args: argparse.Namespace):
+    """(encoder, step functions by mode, batches, pieces for the phase breakdown)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from graphveil.components import Clipper, TupleBatch
+    from graphveil.config import TrainingConfig
+    from graphveil.data.loaders import load_bundled_citeseer
+    from graphveil.engine.dp_step import (
+        GaussianNoise,
+        LossSpec,
+        build_optimizer,
+        dp_step,
+        nonprivate_step,
+    )
+    from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
+    from graphveil.profiles import PrivacyUnit, SensitivityKind
+
+    class PerTupleClip(Clipper):
+        sensitivity_kind = SensitivityKind.PER_TUPLE_EDGE
+        unit = PrivacyUnit.EDGE
+        clip_norm = args.clip
+
+        def factors(self, batch, norms):
+            return torch.clamp(self.clip_norm / norms.clamp(min=1e-12), max=1.0)
+
+    class NoNoise(GaussianNoise):
+        """Adds nothing (NOT private): isolates the engine's cost from the noise draw."""
+
+        def add_(self, tensors, std) -> None:
+            pass
+
+    model, finetune = args.config.rsplit("-", 1)
+    params = {"model": "minilm" if model == "minilm" else args.bert_dir, "finetune": finetune,
+              "max_length": args.max_length}
+    graph = load_bundled_citeseer().subgraph(torch.arange(args.entities))
+    encoder = HfLoraEncoder(HfLoraParams(**params))
+    encoder.prepare(graph)
+    encoder.train()
+    training = TrainingConfig(optimizer="adam", lr=1e-5)
+    loss = LossSpec.from_config(training)
+    optimizer = build_optimizer(encoder.trainable_parameters(), training)
+    clipper = PerTupleClip()
+
+    data = torch.Generator().manual_seed(1234)
+    batches = []
+    for _ in range(args.warmup + args.steps):
+        pos = graph.edges[torch.randint(0, graph.num_edges, (args.batch,), generator=data)]
+        neg = torch.randint(0, graph.num_nodes, (args.batch, args.k_neg), generator=data)
+        which = torch.randint(0, 2, (args.batch, args.k_neg), generator=data)
+        batches.append(TupleBatch(pos, neg, torch.gather(pos, 1, which)))
+
+    def ours(fn, noise):
+        def step(batch) -> None:
+            fn(encoder, batch, clipper=clipper, noise_multiplier=args.sigma, expected_batch_size=args.batch,
+               optimizer=optimizer, loss=loss, noise=noise)
+
+        return step
+
+    steps = {"nonprivate": ours(nonprivate_step, None), "dp": ours(dp_step, GaussianNoise()),
+             "dp_no_noise": ours(dp_step, NoNoise())}
+    return encoder, steps, batches, (optimizer, loss, clipper, GaussianNoise())
+
+
+def phases(args, encoder, batches, pieces) -> dict[str, dict[str, float]]:
+    """Median seconds per phase of the non-private step and of the DP step (engine modes)."""
+    from graphveil.engine.dp_step import batch_losses
+    from graphveil.engine.per_tuple import PerTupleGrad
+
+    optimizer, loss, clipper, noise = pieces
+    params = list(encoder.trainable_parameters())
+    out: dict[str, dict[str, list[float]]] = {}
+
+    def timed(series: dict[str, list[float]], name: str, fn):
+        t0 = time.perf_counter()
+        result = fn()
+        series.setdefault(name, []).append(time.perf_counter() - t0)
+        return result
+
+    engines = {"auto": PerTupleGrad(encoder, verify=False)}
+    if args.materialize:
+        engines["materialize"] = PerTupleGrad(encoder, mode="materialize", verify=False)
+    for batch in batches[: args.phase_reps]:
+        s = out.setdefault("nonprivate", {})
+        optimizer.zero_grad(set_to_none=True)
+        losses = timed(s, "forward", lambda b=batch: batch_losses(encoder, b, loss))
+        timed(s, "backward", lambda x=losses: x.mean().backward())
+        timed(s, "adam", optimizer.step)
+        for mode, engine in engines.items():
+            s = out.setdefault(f"dp_{mode}", {})
+            optimizer.zero_grad(set_to_none=True)
+
+            def forward(engine=engine, b=batch):
+                with engine.record(num_groups=b.size):
+                    return batch_losses(encoder, b, loss)
+
+            losses = timed(s, "forward", forward)
+            norms = timed(s, "backward+norms", lambda e=engine, x=losses: e.compute(x.sum()))
+            timed(s, "clipped sums", lambda e=engine, b=batch, n=norms: e.accumulate(clipper.factors(b, n)))
+            timed(s, "noise", lambda: noise.add_([p.grad for p in params], args.sigma * clipper.clip_norm))
+            for p in params:
+                p.grad.div_(args.batch)
+            timed(s, "adam", optimizer.step)
+    return {k: {name: statistics.median(v) for name, v in series.items()} for k, series in out.items()}
+
+
+def worker(args: argparse.Namespace) -> dict:
+    import torch
+
+    encoder, steps, batches, pieces = setup(args)
+    for batch in batches[: args.warmup]:
+        for mode in MODES:
+            steps[mode](batch)
+    wall: dict[str, list[float]] = {m: [] for m in MODES}
+    for i, batch in enumerate(batches[args.warmup :]):
+        for mode in MODES[i % len(MODES) :] + MODES[: i % len(MODES)]:  # rotate the order
+            t0 = time.perf_counter()
+            steps[mode](batch)
+            wall[mode].append(time.perf_counter() - t0)
+    ratios = {m: statistics.median(x / y for x, y in zip(wall[m], wall["nonprivate"], strict=True))
+              for m in MODES[1:]}
+    result = {
+        "config": args.config,
+        "trainable_params": sum(p.numel() for p in encoder.trainable_parameters()),
+        "median_s": {m: statistics.median(wall[m]) for m in MODES},
+        "paired_ratio": ratios,
+        "loadavg": os.getloadavg()[0],
+    }
+    if args.config.endswith("-full"):
+        result["phases_s"] = phases(args, encoder, batches[args.warmup :], pieces)
+    torch.set_num_threads(args.threads)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    parser.add_argument("--batch", type=int, default=8, help="tuples per step")
+    parser.add_argument("--k-neg", type=int, default=2)
+    parser.add_argument("--max-length", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per mode")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--phase-reps", type=int, default=1, help="repetitions of the phase breakdown")
+    parser.add_argument("--materialize", action="store_true", help="also break down a materialise-everything engine")
+    parser.add_argument("--entities", type=int, default=600)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clip", type=float, default=0.1)
+    parser.add_argument("--sigma", type=float, default=1.0)
+    parser.add_argument("--config", choices=CONFIGS, help=argparse.SUPPRESS)  # worker subprocess
+    parser.add_argument("--bert-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.config:
+        print(json.dumps(worker(args)))
+        return
+
+    started = time.time()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bert-base-random-") as bert_dir:
+        if any(c.startswith("bert-base") for c in args.configs):
+            make_bert_base(bert_dir)
+        for config in args.configs:
+            out = subprocess.run(
+                [sys.executable, __file__, *sys.argv[1:], "--config", config, "--bert-dir", bert_dir],
+                capture_output=True, text=True, check=False,
+            )
+            if out.returncode:
+                sys.exit(f"{config} worker failed:\n{out.stderr[-3000:]}")
+            results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(f"{config}: done", file=sys.stderr, flush=True)
+
+    print(f"\nb={args.batch} tuples, k_neg={args.k_neg} ({args.batch * (2 + args.k_neg)} sequences/step), "
+          f"max_length={args.max_length}, threads={args.threads}, {args.steps} timed steps/mode, "
+          f"{os.cpu_count()} CPUs, {time.time() - started:.0f} s\n")
+    print("| config | trainable | non-private s | DP s | DP / non-private | goal | DP without noise / non-private |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        t, x = r["median_s"], r["paired_ratio"]
+        goal = GOAL[r["config"].rsplit("-", 1)[1]]
+        print(f"| {r['config']} | {r['trainable_params'] / 1e6:.2f}M | {t['nonprivate']:.3f} | {t['dp']:.3f} | "
+              f"**{x['dp']:.2f}×** | ≤ {goal}× | {x['dp_no_noise']:.2f}× |")
+    for r in results:
+        if "phases_s" not in r:
+            continue
+        print(f"\nphases of one step, {r['config']} (median s):\n")
+        names = ["forward", "backward", "backward+norms", "clipped sums", "noise", "adam"]
+        print("| step | " + " | ".join(names) + " | total |")
+        print("|---|" + "---:|" * (len(names) + 1))
+        for kind, ph in r["phases_s"].items():
+            cells = [f"{ph[n]:.3f}" if n in ph else "" for n in names]
+            print(f"| {kind} | " + " | ".join(cells) + f" | {sum(ph.values()):.3f} |")
+    print("\nDP / non-private: median over steps of the paired ratio (same batch, back to back, order rotated). "
+          "DP uses the default OS-CSPRNG 4-sum noise; 'without noise' is the same step adding none (not private).")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    with RESULTS.open("a") as f:
+        for r in results:
+            f.write(json.dumps({"time": stamp, "args": {k: v for k, v in vars(args).items()
+                                                        if k not in ("config", "bert_dir")}, **r}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
