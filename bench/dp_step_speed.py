@@ -57,7 +57,7 @@ def setup(args: argparse.Namespace):
     import torch
 
     torch.set_num_threads(args.threads)
-    from graphveil.components import Clipper, TupleBatch
+    from graphveil.components import TupleBatch
     from graphveil.config import TrainingConfig
     from graphveil.data.loaders import load_bundled_citeseer
     from graphveil.engine.dp_step import (
@@ -68,16 +68,8 @@ def setup(args: argparse.Namespace):
         nonprivate_step,
     )
     from graphveil.engine.losses import tuple_losses
+    from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper  # the clipper a run uses
     from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
-    from graphveil.profiles import PrivacyUnit, SensitivityKind
-
-    class PerTupleClip(Clipper):
-        sensitivity_kind = SensitivityKind.PER_TUPLE_EDGE
-        unit = PrivacyUnit.EDGE
-        clip_norm = args.clip
-
-        def factors(self, batch, norms):
-            return torch.clamp(self.clip_norm / norms.clamp(min=1e-12), max=1.0)
 
     graph = load_bundled_citeseer().subgraph(torch.arange(args.entities))
     params = {"model": args.model}
@@ -89,7 +81,7 @@ def setup(args: argparse.Namespace):
     training = TrainingConfig(optimizer="adam", lr=1e-4)
     loss = LossSpec.from_config(training)
     optimizer = build_optimizer(encoder.trainable_parameters(), training)
-    clipper, noise = PerTupleClip(), GaussianNoise()  # OS CSPRNG, 4-sum (the cost a real run pays)
+    clipper, noise = PerTupleEdgeClipper(PerTupleEdgeClipper.Params(clip_norm=args.clip)), GaussianNoise()  # OS CSPRNG, 4-sum (the cost a real run pays)
     trainable = list(encoder.trainable_parameters())
 
     # The same batches in every mode: positives from the graph's edges, uniform negatives.

@@ -69,7 +69,7 @@ def setup(args: argparse.Namespace):
     import torch
 
     torch.set_num_threads(args.threads)
-    from graphveil.components import Clipper, TupleBatch
+    from graphveil.components import TupleBatch
     from graphveil.config import TrainingConfig
     from graphveil.data.loaders import load_bundled_citeseer
     from graphveil.engine.dp_step import (
@@ -79,16 +79,8 @@ def setup(args: argparse.Namespace):
         dp_step,
         nonprivate_step,
     )
+    from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper  # the clipper a run uses
     from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
-    from graphveil.profiles import PrivacyUnit, SensitivityKind
-
-    class PerTupleClip(Clipper):
-        sensitivity_kind = SensitivityKind.PER_TUPLE_EDGE
-        unit = PrivacyUnit.EDGE
-        clip_norm = args.clip
-
-        def factors(self, batch, norms):
-            return torch.clamp(self.clip_norm / norms.clamp(min=1e-12), max=1.0)
 
     class NoNoise(GaussianNoise):
         """Adds nothing (NOT private): isolates the engine's cost from the noise draw."""
@@ -106,7 +98,7 @@ def setup(args: argparse.Namespace):
     training = TrainingConfig(optimizer="adam", lr=1e-5)
     loss = LossSpec.from_config(training)
     optimizer = build_optimizer(encoder.trainable_parameters(), training)
-    clipper = PerTupleClip()
+    clipper = PerTupleEdgeClipper(PerTupleEdgeClipper.Params(clip_norm=args.clip))
 
     data = torch.Generator().manual_seed(1234)
     batches = []

@@ -3,8 +3,8 @@
 Same mechanism as ``edge_rdp`` (:class:`~graphveil.plugins.edge_dp.accountant.EdgeRdpAccountant`:
 Poisson(γ) positives, per-tuple clipping at C, add-or-remove one edge), analysed instead with
 dp-accounting's PLD of the Poisson-subsampled Gaussian (Koskela et al. 2020; Doroshenko et al.
-2022): the pessimistic discretisation, so the ε it reports is an upper bound, typically 10–25 %
-below the RDP bound at the same σ (paper 2 tracks its runs with PRV accounting, an estimate of
+2022): the pessimistic discretisation, so the ε it reports is an upper bound, 13–46 %
+below the RDP bound at the same σ in the settings tested (paper 2 tracks its runs with PRV accounting, an estimate of
 the same quantity). Every ε is ``min(ε_PLD, ε_RDP)`` — both are upper bounds — and ``report``
 gives both.
 
