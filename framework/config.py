@@ -130,10 +130,14 @@ class DataConfig(BaseModel):
         "Its options go next to it, e.g. data.path."))
     split: SplitConfig = Field(default_factory=SplitConfig)
     max_entities: int | None = Field(None, gt=0, description="Keep only the first N entities (quick runs).")
+    classes: list[str] | None = Field(None, min_length=1, description=(
+        "Keep only the entities labelled with one of these class names, and the relations among "
+        "them (e.g. one topic as a domain for two_graphs); applied before max_entities. An entity "
+        "is kept or dropped by its own label alone, so neighbouring datasets stay neighbouring."))
 
     @property
     def params(self) -> dict[str, Any]:
-        """The source's options (every key but source, split and max_entities)."""
+        """The source's options (every key but source, split, max_entities and classes)."""
         return dict(self.model_extra or {})
 
     @model_validator(mode="after")
@@ -275,9 +279,38 @@ class PrivacyConfig(_Strict):
         return self
 
 
+class FewShotConfig(_Strict):
+    """Few-shot relation prediction (paper 2, Table 3): the released model fine-tuned without
+    noise on a few held-out-side relations, then ranked on the rest."""
+
+    relations: int = Field(16, gt=0, description="Held-out-side relations to fine-tune on.")
+    validation: int = Field(16, gt=1, description="Held-out-side relations that choose the step (best validation MRR).")
+    steps: int = Field(30, gt=0, description="Non-private steps, each on all the few-shot relations.")
+    lr: PositiveFinite | None = Field(None, description="Learning rate (default: training.lr).")
+    negatives: int = Field(8, gt=0, description="Negatives per relation, uniform over the held-out side.")
+    eval_every: int = Field(5, gt=0, description="Validation MRR every N steps (and before the first).")
+
+
+class EntityClassificationConfig(_Strict):
+    """Few-shot entity classification (paper 2, Table 4): a linear head on frozen embeddings."""
+
+    per_class: int = Field(8, gt=0, description="Labelled training entities per class, and as many for validation.")
+    draws: int = Field(5, gt=0, description="Independent draws of the few-shot examples; metrics are their mean.")
+
+
 class EvaluationConfig(_Strict):
     batch_size: int = Field(256, gt=1, description="Candidates per ranking batch (in-batch negatives).")
     max_edges: int | None = Field(None, gt=0, description="Evaluate on at most N held-out relations.")
+    few_shot: FewShotConfig | None = Field(None, description=(
+        "Also few-shot relation prediction ({} for the defaults: 16 + 16 relations). Evaluation "
+        "data, fine-tuned without noise: ε is unchanged and the saved model is the released one."))
+    entity_classification: EntityClassificationConfig | None = Field(None, description=(
+        "Also few-shot entity classification on the held-out side's labelled entities ({} for the "
+        "defaults: 8 + 8 per class, macro- and micro-F1)."))
+
+    def protocols(self) -> list[str]:
+        """The optional evaluation protocols this section turns on (``evaluation.<name>``)."""
+        return [name for name in ("few_shot", "entity_classification") if getattr(self, name) is not None]
 
 
 class OutputConfig(_Strict):

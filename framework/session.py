@@ -108,6 +108,10 @@ class TrainingSession:
             for part in (self.sampler, self.clipper, self.accountant):
                 part.unit = self.unit  # accepted above: the components now state the run's unit
         self.task = self.host.create("task", cfg.task.name, cfg.task.params, where="task")
+        for protocol in cfg.evaluation.protocols():
+            if protocol not in self.task.protocols:
+                raise ConfigError(f"evaluation.{protocol}: task {cfg.task.name!r} does not run this protocol "
+                                  f"(it runs: {sorted(self.task.protocols) or 'none'})")
         family = self.task.model_family
         section = "encoder" if cfg.encoder is not None else "model"
         if family != section:

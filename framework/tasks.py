@@ -91,12 +91,15 @@ class Task(ABC):
     """Per-example losses for a batch and the evaluation protocol of one kind of learning.
 
     Subclasses set ``model_family`` ("encoder": the model embeds entities; "model": the model
-    is called on the batch's inputs) and ``metrics`` (the columns ``graphveil run`` prints).
+    is called on the batch's inputs), ``metrics`` (the columns ``graphveil run`` prints; a task
+    may widen them per run in :meth:`configure`) and ``protocols`` (the optional evaluation
+    protocols of the ``evaluation`` section it runs; a run asking for another is refused).
     """
 
     Params: ClassVar[type[BaseModel]] = NoParams
     model_family: ClassVar[str] = "model"
-    metrics: ClassVar[tuple[MetricColumn, ...]] = ()
+    metrics: tuple[MetricColumn, ...] = ()
+    protocols: ClassVar[frozenset[str]] = frozenset()
 
     #: artifacts released by the run's mechanisms, by mechanism name (set by the session)
     released: Mapping[str, Any] = MappingProxyType({})

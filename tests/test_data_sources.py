@@ -61,7 +61,7 @@ def test_resolved_config_round_trips(tmp_path: Path) -> None:
                                        "source_col": "id_1", "target_col": "id_2"}))
     assert cfg.data.path == Path("e.csv") and cfg.data.label_col is None and cfg.data.id_col == "id"
     dumped = cfg.model_dump(mode="json")
-    assert dumped["data"] == {"source": "edge_list", "split": dumped["data"]["split"], "max_entities": None,
+    assert dumped["data"] == {"source": "edge_list", "split": dumped["data"]["split"], "max_entities": None, "classes": None,
                               "path": "e.csv", "entities": "t.csv", "source_col": "id_1", "target_col": "id_2",
                               "id_col": "id", "text_col": "text", "label_col": None}
     again = config_from_dict(dumped)

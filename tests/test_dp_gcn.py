@@ -38,11 +38,11 @@ from graphveil.data.node_graph import NodeGraph
 from graphveil.engine.dp_step import GaussianNoise, dp_step
 from graphveil.engine.per_tuple import PerTupleGrad
 from graphveil.errors import ConfigError, PrivacyError, ProfileMismatchError
+from graphveil.evaluation import accuracy, macro_f1
 from graphveil.invariant import check_run, check_structure
 from graphveil.plugins.dp_gcn.accountant import SplitRdpAccountant, split_step_event
 from graphveil.plugins.dp_gcn.clipping import PerSplitClipper
 from graphveil.plugins.dp_gcn.gcn import GCN, GCNParams
-from graphveil.plugins.dp_gcn.metrics import accuracy, macro_f1
 from graphveil.plugins.dp_gcn.sampler import GraphSplitsParams, GraphSplitsSampler
 from graphveil.plugins.dp_gcn.splits import SplitBatch, split_assignment, split_key
 from graphveil.plugins.dp_gcn.task import SplitNodeClassification, SplitNodeClassificationParams

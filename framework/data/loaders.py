@@ -533,6 +533,26 @@ def truncate(graph: G, max_entities: int) -> G:
     return sub
 
 
+def keep_classes(graph: G, classes: list[str]) -> G:
+    """The entities labelled with one of ``classes`` (names) and the relations among them.
+
+    :raises DataError: if the graph has no labels or names, or a name is not one of its classes.
+    """
+    labels, names = ((graph.y, graph.class_names) if isinstance(graph, NodeGraph)
+                     else (graph.labels, graph.label_names))
+    if labels is None or not names:
+        raise DataError(f"data.classes: {graph.name} has no class labels with names to select by")
+    unknown = [c for c in classes if c not in names]
+    if unknown:
+        raise DataError(f"data.classes: {graph.name} has no class {unknown[0]!r}; its classes are {names}")
+    wanted = torch.tensor([names.index(c) for c in classes])
+    keep = torch.isin(labels, wanted).nonzero().flatten()
+    sub = graph.subgraph(keep, name=f"{graph.name}[{'+'.join(classes)}]")
+    sub.notes = dict(graph.notes)
+    log.info("data.classes=%s: kept %d of %d entities", classes, sub.num_nodes, graph.num_nodes)
+    return sub
+
+
 def create_data_source(data: DataConfig, host: PluginHost | None = None, *, section: str = "data") -> DataSource:
     """Build the data source ``data.source`` names, its options validated (nothing is read).
 
@@ -552,6 +572,8 @@ def _load_source(source: DataSource, data: DataConfig) -> RelationalGraph | Node
     if not isinstance(graph, RelationalGraph | NodeGraph):
         raise DataError(f"data source {data.source!r} returned {type(graph).__name__}, "
                         f"not a RelationalGraph or NodeGraph")
+    if data.classes is not None:
+        graph = keep_classes(graph, data.classes)
     return graph if data.max_entities is None else truncate(graph, data.max_entities)
 
 
@@ -561,7 +583,8 @@ def _relational(graph: RelationalGraph | NodeGraph) -> RelationalGraph:
 
 def load_data(data: DataConfig, host: PluginHost | None = None) -> RelationalGraph | NodeGraph:
     """The dataset a run config's ``data`` section names: the source (a plugin, default host:
-    every installed plugin) built with its options and loaded, cut to ``data.max_entities``.
+    every installed plugin) built with its options and loaded, cut to ``data.classes`` and
+    ``data.max_entities``.
 
     With ``data.split.kind: two_graphs`` the section names two graphs: graph B
     (``data.split.eval_data``) is read through the same host and the result is their disjoint

@@ -17,7 +17,7 @@ Evaluation (``eval_graph``):
   private training data and are **not** covered by the guarantee (only the weights are).
 
 Metrics on the test nodes: accuracy (= paper 3's micro-F1, see
-:mod:`graphveil.plugins.dp_gcn.metrics`), macro-F1, and the same for the majority class of the
+:mod:`graphveil.evaluation`), macro-F1, and the same for the majority class of the
 training labels (the paper's "Maj." column; training labels are private, so it is a reference
 for the table, not something a site releases).
 """
@@ -32,7 +32,7 @@ from pydantic import Field
 
 from graphveil.components import ExampleStructure, Model
 from graphveil.errors import ConfigError, PrivacyError
-from graphveil.plugins.dp_gcn.metrics import accuracy, macro_f1
+from graphveil.evaluation import accuracy, macro_f1
 from graphveil.plugins.dp_gcn.splits import SplitBatch, split_members
 from graphveil.plugins.node_dp.task import NodeClassification, NodeClassificationParams
 from graphveil.tasks import MetricColumn

@@ -1,4 +1,5 @@
-"""The relational task of papers 1 and 2: tuple losses, zero-shot relation prediction."""
+"""The relational task of papers 1 and 2: tuple losses; zero-shot and few-shot relation prediction,
+few-shot entity classification."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from graphveil.data import RelationalGraph, transfer_split
 from graphveil.data.two_graphs import TwoGraphs
 from graphveil.engine.dp_step import LossSpec, batch_losses
 from graphveil.errors import ConfigError
-from graphveil.evaluation import relation_prediction
+from graphveil.evaluation import few_shot_classification, relation_prediction
+from graphveil.plugins.standard.few_shot import few_shot_relation_prediction
 from graphveil.tasks import MetricColumn, Task
 from graphveil.units import PrivacyUnit
 
@@ -40,6 +42,11 @@ class RelationalParams(BaseModel):
         return None if self.relations == "raw" else self.relations.removeprefix(RELEASED)
 
 
+ZERO_SHOT = (MetricColumn("prec1", "PREC@1"), MetricColumn("mrr", "MRR"))
+FEW_SHOT = (MetricColumn("fewshot_prec1", "few-shot PREC@1"), MetricColumn("fewshot_mrr", "few-shot MRR"))
+ENTITY_CLASSIFICATION = (MetricColumn("ec_macro_f1", "EC macro-F1"), MetricColumn("ec_micro_f1", "EC micro-F1"))
+
+
 class RelationalTask(Task):
     """Relational tuples (positive + k negatives) under InfoNCE/hinge; zero-shot PREC@1/MRR on held-out entities.
 
@@ -48,24 +55,36 @@ class RelationalTask(Task):
     graph B (:mod:`graphveil.data.two_graphs`); the sampler draws tuples from the training side;
     the loss options are ``training.loss``, ``training.temperature`` and ``training.margin``;
     evaluation ranks the held-out side's relations with in-batch negatives
-    (``evaluation.batch_size``, ``evaluation.max_edges``).
+    (``evaluation.batch_size``, ``evaluation.max_edges``) and, when asked, runs few-shot
+    relation prediction (``evaluation.few_shot``, :mod:`graphveil.plugins.standard.few_shot`)
+    and few-shot entity classification on the held-out side's labels
+    (``evaluation.entity_classification``).
     """
 
     Params = RelationalParams
     model_family: ClassVar[str] = "encoder"
-    metrics: ClassVar[tuple[MetricColumn, ...]] = (MetricColumn("prec1", "PREC@1"), MetricColumn("mrr", "MRR"))
+    metrics: tuple[MetricColumn, ...] = ZERO_SHOT
+    protocols: ClassVar[frozenset[str]] = frozenset({"few_shot", "entity_classification"})
 
     def __init__(self, params: RelationalParams | None = None) -> None:
         self.params = params if params is not None else RelationalParams()
         self.loss = LossSpec()
         self.eval_batch_size, self.eval_max_edges, self.eval_seed = 256, None, 0
+        self.few_shot: Any = None  # graphveil.config.FewShotConfig
+        self.entity_classification: Any = None  # graphveil.config.EntityClassificationConfig
+        self.training: Any = None
 
     def configure(self, config: Any) -> None:
-        """Read the run-level options this task uses (loss, evaluation)."""
+        """Read the run-level options this task uses (loss, evaluation and its protocols)."""
         self.loss = LossSpec.from_config(config.training)
-        self.eval_batch_size = config.evaluation.batch_size
-        self.eval_max_edges = config.evaluation.max_edges
+        self.training = config.training
+        evaluation = config.evaluation
+        self.eval_batch_size = evaluation.batch_size
+        self.eval_max_edges = evaluation.max_edges
         self.eval_seed = config.data.split.seed
+        self.few_shot, self.entity_classification = evaluation.few_shot, evaluation.entity_classification
+        self.metrics = (ZERO_SHOT + (FEW_SHOT if self.few_shot is not None else ())
+                        + (ENTITY_CLASSIFICATION if self.entity_classification is not None else ()))
 
     def setup(self, data: Any, split: Any) -> None:
         if not isinstance(data, RelationalGraph):
@@ -131,15 +150,31 @@ class RelationalTask(Task):
     def losses(self, model: Encoder, batch: TupleBatch) -> torch.Tensor:
         return batch_losses(model, batch, self.loss)
 
-    @torch.no_grad()
     def evaluate(self, model: Encoder) -> dict[str, float]:
+        """Zero-shot relation prediction, then the protocols the run asks for. Each reads the
+        released model; few-shot fine-tuning works on a copy of its weights (restored after)."""
         nodes = self.test_nodes
-
-        def embed_all() -> torch.Tensor:
+        with torch.no_grad():
             model.eval()
-            out = torch.cat([model.embed(nodes[i : i + 512]) for i in range(0, nodes.numel(), 512)])
+            z = torch.cat([model.embed(nodes[i : i + 512]) for i in range(0, nodes.numel(), 512)])
             model.train()
-            return out
-
-        return relation_prediction(self.test_graph.edges, embed_all, batch_size=self.eval_batch_size,
-                                   max_edges=self.eval_max_edges, seed=self.eval_seed)
+        result: dict[str, Any] = relation_prediction(
+            self.test_graph.edges, lambda: z, batch_size=self.eval_batch_size,
+            max_edges=self.eval_max_edges, seed=self.eval_seed)
+        if self.entity_classification is not None:
+            labels = self.test_graph.labels
+            if labels is None:
+                raise ConfigError(f"evaluation.entity_classification: {self.test_graph.name} has no entity "
+                                  "labels (edge_list / parquet: name the label column)")
+            ec = self.entity_classification
+            try:
+                result.update(few_shot_classification(z, labels, per_class=ec.per_class, draws=ec.draws,
+                                                       seed=self.eval_seed))
+            except ValueError as exc:
+                raise ConfigError(f"evaluation.entity_classification: {self.test_graph.name}: {exc}") from exc
+        if self.few_shot is not None:
+            result.update(few_shot_relation_prediction(
+                model, self.test_graph.edges, nodes, z, self.few_shot, self.loss,
+                lr=self.few_shot.lr or self.training.lr, optimizer=self.training.optimizer,
+                batch_size=self.eval_batch_size, max_edges=self.eval_max_edges, seed=self.eval_seed))
+        return result

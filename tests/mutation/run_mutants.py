@@ -261,6 +261,13 @@ MUTANTS: tuple[Mutant, ...] = (
           "        if False:  # MUTANT\n            raise ConfigError(f\"task {self.config.task.name!r} trains on a release"),),
     ),
     Mutant(
+        "few-shot-restore", "putting the released weights back after few-shot fine-tuning (a run would "
+        "save and a site share the few-shot model)",
+        (("plugins/standard/few_shot.py",
+          "    finally:\n        model.load_trainable_state(released)\n",
+          "    finally:\n        pass  # MUTANT\n"),),
+    ),
+    Mutant(
         "pld-sensitivity", "edge_pld's per-step sensitivity C (C/2 instead)",
         (("plugins/edge_dp/pld_accountant.py",
           "                sigma, sensitivity=1.0, sampling_prob=self._rate, pessimistic_estimate=True,\n",
