@@ -7,14 +7,17 @@ the other), on the SAME batches of tuples (bundled CiteSeer texts, uniform negat
   ``finetune: lora`` (the defaults: r=8 on query/value of the top 2 layers) / ``finetune: full``;
 * ``bert-base-lora`` / ``bert-base-full``: a RANDOM BERT-base-sized model (hidden 768, 12 layers,
   12 heads, FFN 3072, 109M weights) built from a config and saved to a temporary directory once
-  (nothing is downloaded; MiniLM's tokenizer, the same 30522-token uncased vocabulary).
+  (nothing is downloaded; MiniLM's tokenizer, the same 30522-token uncased vocabulary);
+* ``llama-lora``: the decoder encoder ``hf_causal_lora`` (defaults: r=8 on q_proj/v_proj of the top
+  2 layers, last-token pooling) on a RANDOM Llama of the same width and depth (hidden 768, 12
+  layers, 12 query / 4 key-value heads, rotary positions, SwiGLU FFN 2048, MiniLM's tokenizer).
 
 In each worker the modes run interleaved step by step (order rotated), as in
 ``bench/dp_step_speed.py``, so load from other processes hits them alike:
 
 * ``nonprivate`` — :func:`graphveil.engine.dp_step.nonprivate_step` (mean loss, backward, Adam);
 * ``dp``         — :func:`graphveil.engine.dp_step.dp_step` as a run does it: per-tuple norms
-  (ghost / book-keeping, ``auto``), clipping, the default secure noise (OS CSPRNG, 4-sum), DP-Adam;
+  (ghost / book-keeping, ``auto``), clipping, the default secure noise (AES-CTR keyed from the OS CSPRNG, 4-sum), DP-Adam;
 * ``dp_no_noise`` — the same ``dp_step`` with a noise object that adds nothing: the per-tuple
   engine's cost alone (NOT private; a measuring device that isolates the noise draw).
 
@@ -44,22 +47,28 @@ import time
 from pathlib import Path
 
 MODES = ("nonprivate", "dp", "dp_no_noise")
-CONFIGS = ("minilm-lora", "minilm-full", "bert-base-lora", "bert-base-full")
+CONFIGS = ("minilm-lora", "minilm-full", "bert-base-lora", "bert-base-full", "llama-lora")
 BERT_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+LLAMA = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4,
+             intermediate_size=2048)
 RESULTS = Path(__file__).parent / "results" / "full_finetune_speed.jsonl"
 GOAL = {"lora": 1.1, "full": 1.5}
 
 
-def make_bert_base(directory: str) -> None:
-    """A random BERT-base-sized model + MiniLM's tokenizer in ``directory`` (seeded, offline)."""
+def make_random_model(directory: str, kind: str) -> None:
+    """A random ``bert-base`` or ``llama`` model + MiniLM's tokenizer in ``directory`` (seeded, offline)."""
     import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from transformers import AutoTokenizer, BertConfig, BertModel, LlamaConfig, LlamaModel
 
     from graphveil.plugins.hf_common import minilm_path
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path(), local_files_only=True)
     torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=tokenizer.vocab_size, **BERT_BASE)).save_pretrained(directory)
+    if kind == "bert-base":
+        model = BertModel(BertConfig(vocab_size=tokenizer.vocab_size, **BERT_BASE))
+    else:
+        model = LlamaModel(LlamaConfig(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id, **LLAMA))
+    model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
 
 
@@ -80,6 +89,7 @@ def setup(args: argparse.Namespace):
         nonprivate_step,
     )
     from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper  # the clipper a run uses
+    from graphveil.plugins.hf_causal.encoder import HfCausalEncoder, HfCausalParams
     from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
 
     class NoNoise(GaussianNoise):
@@ -89,10 +99,12 @@ def setup(args: argparse.Namespace):
             pass
 
     model, finetune = args.config.rsplit("-", 1)
-    params = {"model": "minilm" if model == "minilm" else args.bert_dir, "finetune": finetune,
-              "max_length": args.max_length}
     graph = load_bundled_citeseer().subgraph(torch.arange(args.entities))
-    encoder = HfLoraEncoder(HfLoraParams(**params))
+    if model == "llama":
+        encoder = HfCausalEncoder(HfCausalParams(model=args.model_dir, max_length=args.max_length))
+    else:
+        encoder = HfLoraEncoder(HfLoraParams(model="minilm" if model == "minilm" else args.model_dir,
+                                             finetune=finetune, max_length=args.max_length))
     encoder.prepare(graph)
     encoder.train()
     training = TrainingConfig(optimizer="adam", lr=1e-5)
@@ -205,7 +217,7 @@ def main() -> None:
     parser.add_argument("--clip", type=float, default=0.1)
     parser.add_argument("--sigma", type=float, default=1.0)
     parser.add_argument("--config", choices=CONFIGS, help=argparse.SUPPRESS)  # worker subprocess
-    parser.add_argument("--bert-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.config:
         print(json.dumps(worker(args)))
@@ -213,12 +225,14 @@ def main() -> None:
 
     started = time.time()
     results = []
-    with tempfile.TemporaryDirectory(prefix="bert-base-random-") as bert_dir:
-        if any(c.startswith("bert-base") for c in args.configs):
-            make_bert_base(bert_dir)
+    with tempfile.TemporaryDirectory(prefix="random-models-") as root:
         for config in args.configs:
+            kind = config.rsplit("-", 1)[0]
+            model_dir = Path(root) / kind
+            if kind != "minilm" and not model_dir.exists():
+                make_random_model(str(model_dir), kind)
             out = subprocess.run(
-                [sys.executable, __file__, *sys.argv[1:], "--config", config, "--bert-dir", bert_dir],
+                [sys.executable, __file__, *sys.argv[1:], "--config", config, "--model-dir", str(model_dir)],
                 capture_output=True, text=True, check=False,
             )
             if out.returncode:
@@ -247,13 +261,13 @@ def main() -> None:
             cells = [f"{ph[n]:.3f}" if n in ph else "" for n in names]
             print(f"| {kind} | " + " | ".join(cells) + f" | {sum(ph.values()):.3f} |")
     print("\nDP / non-private: median over steps of the paired ratio (same batch, back to back, order rotated). "
-          "DP uses the default OS-CSPRNG 4-sum noise; 'without noise' is the same step adding none (not private).")
+          "DP uses the default CSPRNG 4-sum noise; 'without noise' is the same step adding none (not private).")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     with RESULTS.open("a") as f:
         for r in results:
             f.write(json.dumps({"time": stamp, "args": {k: v for k, v in vars(args).items()
-                                                        if k not in ("config", "bert_dir")}, **r}) + "\n")
+                                                        if k not in ("config", "model_dir")}, **r}) + "\n")
 
 
 if __name__ == "__main__":

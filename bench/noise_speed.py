@@ -1,7 +1,7 @@
 """Cost of safe DP noise: CSPRNG 4-sum noise vs seeded ``torch.randn``, in the same run.
 
 GraphVeil draws every DP noise coordinate as (z₁+z₂+z₃+z₄)/2 of four standard normals from the
-OS CSPRNG (``os.urandom``, Box–Muller on 53-bit uniforms; the floating-point-safe recipe of
+CSPRNG (AES-256-CTR under a fresh ``os.urandom`` key, Box–Muller on 53-bit uniforms; the floating-point-safe recipe of
 Opacus' secure mode, Holohan & Braghin 2021). This times it against one seeded ``torch.randn``
 draw (what the old default did: fast, reproducible and subtractable) and against a seeded 4-sum
 (the research-seed mode), for 1e4, 1e6 and 1e7 coordinates, and prints the ratios.

@@ -101,6 +101,12 @@ MUTANTS: tuple[Mutant, ...] = (
         tags=("in-flux",),
     ),
     Mutant(
+        "csprng-key", "the fresh OS key of each AES-CTR noise keystream (a fixed key and counter)",
+        (("framework/engine/noise.py",
+          "    encryptor = Cipher(algorithms.AES(os.urandom(32)), modes.CTR(os.urandom(16))).encryptor()\n",
+          "    encryptor = Cipher(algorithms.AES(bytes(32)), modes.CTR(bytes(16))).encryptor()  # MUTANT\n"),),
+    ),
+    Mutant(
         "site-delta-policy", "the site's δ check on the task (a task asking another δ is refused)",
         (("connectors/flower/settings.py",
           "    if asked is not None and float(asked) != float(site.delta):\n",
