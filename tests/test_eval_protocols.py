@@ -199,3 +199,19 @@ def test_run_reports_both_protocols_and_keeps_the_released_adapter() -> None:
     after = session.trainable_state()
     assert after.keys() == trained.keys() and all(torch.equal(after[k], trained[k]) for k in trained)
     assert session.privacy_report()["epsilon"] <= 8.0 + 1e-9
+
+
+@pytest.mark.slow
+def test_two_graph_protocols_read_graph_b_and_its_labels() -> None:
+    raw = dict(BASE, data={"source": "citeseer", "classes": ["DB", "IR", "HCI"], "max_entities": 400, "split": {
+        "kind": "two_graphs", "eval_data": {"source": "citeseer", "classes": ["AI", "ML"], "max_entities": 400}}},
+        training={"steps": 1, "lr": 0.01})
+    raw["evaluation"] = {"batch_size": 64, "entity_classification": {"per_class": 4, "draws": 1}}
+    session = TrainingSession(config_from_dict(raw, "two graphs"))
+    session.train()
+    evaluation = session.evaluate()
+    graph_b = session.task.test_graph
+    assert graph_b.num_nodes == 400 and set(graph_b.labels.tolist()) == {
+        graph_b.label_names.index("AI"), graph_b.label_names.index("ML")}
+    assert evaluation["ec_classes"] == 2 and evaluation["ec_test_entities"] == 400 - 2 * 2 * 4
+    assert evaluation["num_relations"] == graph_b.num_edges

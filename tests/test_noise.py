@@ -13,7 +13,12 @@ import yaml
 
 from graphveil.config import config_from_dict
 from graphveil.data.graph import RelationalGraph
-from graphveil.engine.noise import GaussianNoise, csprng_bytes, secure_4sum_normal, secure_standard_normal
+from graphveil.engine.noise import (
+    GaussianNoise,
+    csprng_bytes,
+    secure_4sum_normal,
+    secure_standard_normal,
+)
 from graphveil.errors import ConfigError, PrivacyError
 from graphveil.privacy import default_delta
 from graphveil.privacy.delta import DEFAULT_DELTA_RULE
