@@ -17,6 +17,11 @@ Settings (``--setting``):
   other three (graph B: AI, Agents, ML), ``data.split.kind: two_graphs`` with ``data.classes``,
   the papers' one-domain-to-another setting cut from one graph.
 
+The table gives each metric's mean ± 95 % CI over seeds (a seed sets the split too, so that
+spread includes the split's) and, for MRR, few-shot MRR and macro-F1, the paired difference to
+the base encoder on the same seed (same split, test relations and few-shot draws): the number
+that says whether fine-tuning helped.
+
 Cells are appended to a JSON-lines file as they finish and skipped when already there (resume
 after an interruption; ``--table-only`` prints the table of what is there).
 
@@ -58,23 +63,42 @@ ROWS: list[tuple[str, str, list[str], float | None]] = [
 METRICS = [("prec1", "PREC@1"), ("mrr", "MRR"), ("fewshot_released_mrr", "MRR on few-shot test"),
            ("fewshot_prec1", "few-shot PREC@1"), ("fewshot_mrr", "few-shot MRR"),
            ("ec_macro_f1", "EC macro-F1"), ("ec_micro_f1", "EC micro-F1")]
+#: (metric, header) of the table; the ones in PAIRED get a column of the paired difference to the
+#: base encoder on the same seed (same split, same test relations and few-shot draws)
+COLUMNS = [("prec1", "PREC@1"), ("mrr", "MRR"), ("fewshot_mrr", "few-shot MRR"),
+           ("ec_macro_f1", "EC macro-F1"), ("ec_micro_f1", "EC micro-F1")]
+PAIRED = {"mrr": "Δ MRR", "fewshot_mrr": "Δ few-shot MRR", "ec_macro_f1": "Δ macro-F1"}
+BASE_ROW = ROWS[0][0]
 
 
 def key(cell: dict[str, Any]) -> str:
     return f"{cell['setting']}|{cell['row']}|{cell['seed']}"
 
 
+def fmt(values: list[float]) -> str:
+    mean, half = mean_ci95(values)
+    return f"{mean:.2f}" + ("" if math.isnan(half) else f" ± {half:.2f}")
+
+
 def table(cells: dict[str, dict[str, Any]], setting: str) -> str:
-    head = ["row", *(h for _, h in METRICS), "ε", "seeds", "s / run"]
+    """Mean ± 95 % CI over seeds (in %; the seeds differ in split, so this spread includes the
+    split's), and the paired difference to the base encoder on the same seed."""
+    head = ["row"]
+    for metric, header in COLUMNS:
+        head += [header] + ([PAIRED[metric]] if metric in PAIRED else [])
+    head += ["ε", "seeds", "s / run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    base = {c["seed"]: c for c in cells.values() if (c["setting"], c["row"]) == (setting, BASE_ROW)}
     for row, *_ in ROWS:
         runs = [c for c in cells.values() if (c["setting"], c["row"]) == (setting, row)]
         if not runs:
             continue
         parts = [row]
-        for metric, _ in METRICS:
-            mean, half = mean_ci95([100 * c[metric] for c in runs])
-            parts.append(f"{mean:.2f}" + ("" if math.isnan(half) else f" ± {half:.2f}"))
+        for metric, _ in COLUMNS:
+            parts.append(fmt([100 * c[metric] for c in runs]))
+            if metric in PAIRED:
+                paired = [100 * (c[metric] - base[c["seed"]][metric]) for c in runs if c["seed"] in base]
+                parts.append("–" if row == BASE_ROW or not paired else fmt(paired))
         eps = [c["epsilon"] for c in runs]
         parts += ["∞" if math.isinf(eps[0]) else f"{max(eps):.2f}", str(len(runs)),
                   f"{sum(c['seconds'] for c in runs) / len(runs):.0f}"]
