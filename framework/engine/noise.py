@@ -8,7 +8,7 @@ released gradient and recover the clipped sum. Hence:
   CSPRNG (``os.urandom``), a new key for every draw — NIST SP 800-90A's CTR_DRBG construction.
   It is on no ``torch.Generator`` at all — in particular never on the run's sampling generator
   — and the key lives only inside the draw, so no seed exists to be written anywhere. (Reading
-  ``os.urandom`` for every byte was 3× slower: the noise of a fully fine-tuned encoder is tens
+  ``os.urandom`` for every byte was about 2× slower: the noise of a fully fine-tuned encoder is tens
   of millions of coordinates per step.)
 * **Research seed** (``mode == "research-seed"``): a fixed seed, for reproducible research
   only, on the noise object's OWN ``torch.Generator`` (never the sampling generator). Anyone
