@@ -15,15 +15,15 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from graphveil.components import Clipper, TupleBatch
+from graphveil.components import TupleBatch
 from graphveil.data.graph import RelationalGraph
 from graphveil.engine.dp_step import GaussianNoise, LossSpec, dp_step
 from graphveil.engine.losses import tuple_losses
 from graphveil.engine.per_tuple import PerTupleGrad
 from graphveil.errors import ConfigError
 from graphveil.host import PluginHost
+from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper
 from graphveil.plugins.hf_lora.encoder import TINY_BERT, HfLoraEncoder, HfLoraParams
-from graphveil.profiles import PrivacyUnit, SensitivityKind
 
 WORDS = "graph privacy tuple entity relation noise clip adam lora token text model".split()
 TEXTS = [" ".join(WORDS[j % len(WORDS)] for j in range(i, i + 1 + i % 9)) for i in range(23)] + [""]
@@ -170,14 +170,6 @@ def test_per_tuple_gradients_of_every_weight_equal_a_naive_loop_over_tuples(enco
         assert any(n.endswith(name) for n in nonzero), name
 
 
-class _Clip(Clipper):
-    sensitivity_kind = SensitivityKind.PER_TUPLE_EDGE
-    unit = PrivacyUnit.EDGE
-    clip_norm = 0.05
-
-    def factors(self, batch, norms):
-        return torch.clamp(self.clip_norm / norms.clamp(min=1e-12), max=1.0)
-
 
 def test_micro_batched_dp_step_equals_the_whole_batch_step(encoder):
     """embed() called once per chunk of 2 tuples: same clipped sum as one call (σ = 0)."""
@@ -190,7 +182,7 @@ def test_micro_batched_dp_step_equals_the_whole_batch_step(encoder):
     for micro in (None, 2):
         encoder.load_trainable_state(start)
         opt = torch.optim.SGD(list(encoder.trainable_parameters()), lr=0.0)  # keeps p.grad to inspect
-        m = dp_step(encoder, batch, clipper=_Clip(), noise_multiplier=0.0, expected_batch_size=5.0, optimizer=opt,
+        m = dp_step(encoder, batch, clipper=PerTupleEdgeClipper(PerTupleEdgeClipper.Params(clip_norm=0.05)), noise_multiplier=0.0, expected_batch_size=5.0, optimizer=opt,
                     loss=LossSpec("infonce", temperature=0.2), noise=GaussianNoise(), micro_batch_size=micro)
         released.append([p.grad.clone() for p in encoder.trainable_parameters()])
         clipped.append(m.clipped_fraction)
