@@ -181,7 +181,9 @@ def graphveil_run_end(run_dir: Path | None, report: Mapping[str, Any]) -> None:
     """Observe the end of a training session, after its privacy report has been written.
 
     :param run_dir: the final output directory (it appears under this name once the run
-        commits), or ``None`` for a session without one.
+        commits; its files are complete, under
+        :meth:`graphveil.outputs.RunDirectory.staging_path`), or ``None`` for a session
+        without one (a federated site's round: ``report`` then names ``site`` and ``server_round``).
     :param report: read-only view of the privacy report (as in ``privacy.json``) merged with
         the final evaluation metrics.
     :returns: nothing; a return value is ignored.

@@ -36,17 +36,27 @@ class RunDirectory:
 
     If the run fails, :meth:`discard` removes the partial folder, so a run directory that
     exists under its final name is always complete.
+
+    :param resume: keep the ``.partial`` folder of an earlier attempt (appending to its
+        ``metrics.jsonl``) instead of starting afresh; a resumable sweep :meth:`close` s it
+        when it stops, rather than discarding it.
     """
 
-    def __init__(self, final: Path) -> None:
+    def __init__(self, final: Path, *, resume: bool = False) -> None:
         self.final = Path(final)
         if self.final.exists():
             raise FileExistsError(f"output directory {self.final} already exists; choose another output.dir")
-        self.path = self.final.with_name(self.final.name + ".partial")
-        if self.path.exists():
+        self.path = self.staging_path(self.final)
+        if self.path.exists() and not resume:
             shutil.rmtree(self.path)
-        self.path.mkdir(parents=True)
-        self._metrics = (self.path / "metrics.jsonl").open("w", encoding="utf-8")
+        self.path.mkdir(parents=True, exist_ok=resume)
+        self._metrics = (self.path / "metrics.jsonl").open("a" if resume else "w", encoding="utf-8")
+
+    @staticmethod
+    def staging_path(final: Path) -> Path:
+        """Where the files of the run directory ``final`` are until :meth:`commit` (a
+        ``graphveil_run_end`` hook, called just before, reads them there)."""
+        return Path(final).with_name(Path(final).name + ".partial")
 
     @staticmethod
     def default_for(name: str, root: Path = Path("runs")) -> Path:
@@ -70,6 +80,10 @@ class RunDirectory:
     def discard(self) -> None:
         self._metrics.close()
         shutil.rmtree(self.path, ignore_errors=True)
+
+    def close(self) -> None:
+        """Stop writing and keep the ``.partial`` folder (a resumable sweep that stopped)."""
+        self._metrics.close()
 
 
 def format_table(rows: Iterable[Mapping[str, Any]], columns: list[tuple[str, str, str]]) -> str:

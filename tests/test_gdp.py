@@ -308,6 +308,32 @@ def test_non_private_runs_learn(host: PluginHost) -> None:
         assert metrics["test_accuracy"] > metrics["majority_accuracy"] + 0.2, (method, metrics)
 
 
+def test_gap_encoder_dropout_acts_while_training_only_and_reaches_the_release(host: PluginHost) -> None:
+    from graphveil.plugins.gdp.modules import FeatureEncoder
+
+    torch.manual_seed(0)
+    x = torch.randn(32, 24)
+    encoder = FeatureEncoder(24, 3, 8, 2, dropout=0.5)
+    encoder.train()
+    h = encoder.embed(x)
+    assert (h == 0).float().mean() > 0.3  # half the units dropped after the last SELU
+    assert not torch.equal(h, encoder.embed(x))
+    encoder.eval()
+    assert torch.equal(encoder.embed(x), encoder.embed(x)) and bool((encoder.embed(x) != 0).all())
+    plain = FeatureEncoder(24, 3, 8, 2).train()
+    assert torch.equal(plain.embed(x), plain.embed(x))  # the default (0) leaves training unchanged
+
+    def encoder_release(dropout: float) -> torch.Tensor:
+        torch.manual_seed(1)  # dropout masks come from the global generator
+        cfg = config("gap", EDGE, epochs=5, encoder_dropout=dropout)
+        session = TrainingSession(cfg, host=host, graph=graph())
+        session.prepare()
+        return session.released["gap_encoder"]
+
+    assert torch.equal(encoder_release(0.0), encoder_release(0.0))
+    assert not torch.allclose(encoder_release(0.5), encoder_release(0.0), atol=1e-3)
+
+
 def hop_mlp(hops: int = 3, width: int = 8) -> Any:
     from graphveil.plugins.gdp.modules import HopMLP
 

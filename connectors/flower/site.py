@@ -16,7 +16,9 @@ One train message = one round at the site (:func:`handle_train`):
    (:meth:`PrivacyLedger.release`). The learning-rate schedule spans the whole federation
    (``training.steps`` = rounds × local steps): round ``r`` trains at its positions
    ``(r-1)·local_steps …``, though the session (and the optimizer's state) is new each round;
-5. reply with the updated adapter and scalars (:mod:`.records`) — nothing else leaves.
+5. tell lifecycle plugins at the site (``graphveil_run_end`` with ``run_dir=None``, the report
+   naming the site and round), then reply with the updated adapter and scalars (:mod:`.records`)
+   — nothing else leaves.
 
 Errors are logged at the site in full; the server only learns which stage failed, because an
 exception text may quote the data (a malformed record, an entity id).
@@ -180,11 +182,31 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, config: Ru
     }
     if site.share_epsilon:  # opted in: ε depends on the sampling rate b/|Ē|
         metrics["epsilon"] = entry.epsilon
+    scores: dict[str, float] = {}
     if site.share_utility_metrics:  # opted in: held-out scores, not privatized
         stage.now = "evaluating on the held-out entities"
         scores = session.evaluate()
         metrics.update({"mrr": float(scores["mrr"]), "prec1": float(scores["prec1"])})
+    stage.now = "reporting the round to lifecycle plugins"
+    _report_round_end(session, site, config, server_round=server_round, steps=local_steps,
+                      epsilon=entry.epsilon, sigma=sigma, delta=delta, scores=scores)
     return records.trained_content(site.site_name, session.trainable_state(), metrics)
+
+
+def _report_round_end(session: Any, site: SiteSettings, config: RunConfig, *, server_round: int,
+                      steps: int, epsilon: float, sigma: float, delta: float,
+                      scores: dict[str, float]) -> None:
+    """``graphveil_run_end`` for the round's session, with ``run_dir=None`` (a site writes no run
+    directory): the site's name and round, and its privacy numbers, ε being the ledger's total
+    for the site. Lifecycle plugins (MLflow tracking) run at the site; nothing here is sent."""
+    from graphveil.host import default_host, read_only
+
+    report = {"private": True, "site": site.site_name, "server_round": server_round, "steps": steps,
+              "epsilon": epsilon, "epsilon_budget": site.epsilon_budget, "delta": delta,
+              "noise_multiplier": sigma, "unit": site.privacy_unit, "sampler": config.sampler.name,
+              "clipper": config.clipper.name, "accountant": config.accountant.name, **scores}
+    host = getattr(session, "host", None) or default_host()  # the host the session's steps reported to
+    host.hook.graphveil_run_end(run_dir=None, report=read_only(report))
 
 
 def _checked_arrays(content: RecordDict, expected: dict[str, Any]) -> dict[str, Any]:

@@ -60,6 +60,7 @@ EDGE = "privacy.unit=edge/replacement/predictions"
 NODE = "privacy.unit=node/replacement/D=100/predictions"
 DROPOUT = "model.dropout=0.5"
 FULL_BATCH = [DROPOUT, "sampler.batch_size=null"]
+GAP_DROPOUT = "method.encoder_dropout=0.5"
 NODE_DPEMB = ["method.noise_scale=1000", "method.embedding_training.epochs=1"]
 
 #: the stages whose DP-SGD the demo shortens, by override prefix: the table names them so
@@ -98,9 +99,9 @@ class NodeRow:
 #: 140-600 s each, so they train 20 epochs per stage at lr 3e-3.
 ROWS: list[NodeRow] = [
     NodeRow("non-private", "MLP", MLP, FULL_BATCH, None),
-    NodeRow("non-private", "GAP", GAP, FULL_BATCH, None),
+    NodeRow("non-private", "GAP", GAP, [*FULL_BATCH, GAP_DROPOUT], None),
     NodeRow("non-private", "DPDGC", DPDGC, FULL_BATCH, None),
-    NodeRow("edge ε=1", "GAP", GAP, [EDGE, DROPOUT], 1.0),
+    NodeRow("edge ε=1", "GAP", GAP, [EDGE, DROPOUT, GAP_DROPOUT], 1.0),
     NodeRow("edge ε=1", "DPDGC", DPDGC, [EDGE, *FULL_BATCH], 1.0),
     NodeRow("node ε=16", "DP-MLP", MLP, [], 16.0, faster("training")),
     NodeRow("node ε=16", "GAP", GAP, [NODE], 16.0, faster("method.encoder_training", "training")),

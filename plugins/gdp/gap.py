@@ -75,7 +75,7 @@ class GapEncoder(GdpRelease):
         p = self.params
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(torch.randint(2**62, (1,), generator=self.generator)))
-            model = FeatureEncoder(data.num_features, data.num_classes, p.hidden, p.encoder_layers)
+            model = FeatureEncoder(data.num_features, data.num_classes, p.hidden, p.encoder_layers, p.encoder_dropout)
         x, y = data.x, data.y
 
         def losses(model: Any, batch: Any) -> torch.Tensor:
@@ -124,6 +124,9 @@ class GapParams(BaseModel):
     hops: int = Field(2, ge=1, description="L: aggregation hops (paper 4 tunes L ∈ {1, 2, 3}).")
     hidden: int = Field(64, gt=0, description="h: width of the encoder (paper 4: 64).")
     encoder_layers: int = Field(2, ge=1, description="Layers of DP-MLP_X before its head (paper 4: 2).")
+    encoder_dropout: float = Field(0.0, ge=0, lt=1, description=(
+        "Dropout of DP-MLP_X while it trains (paper 4, App. K: 0.5 non-private and at edge level, 0 "
+        "otherwise, for every module; GAP's code gives the encoder the same rate as the classifier)."))
     encoder_training: StageParams = Field(default_factory=StageParams,
                                           description="Pretraining of DP-MLP_X (paper 4: 100 epochs, batch 64).")
 

@@ -17,16 +17,19 @@ class FeatureEncoder(Model):
     """GAP's DP-MLP_X: ``layers`` SELU layers F → h, pretrained through a linear head h → C.
 
     :meth:`embed` is the encoder without the head (the rows PMA aggregates after row
-    normalisation); :meth:`forward` adds the head (pretraining logits).
+    normalisation); :meth:`forward` adds the head (pretraining logits). ``dropout`` follows
+    every SELU while training (paper 4, App. K: 0.5 for every module in non-private and edge-level
+    runs, as GAP's code passes its one dropout rate to the encoder); the release runs in eval mode.
     """
 
     structure: ClassVar[ExampleStructure] = ExampleStructure.ROWS
 
-    def __init__(self, num_features: int, num_classes: int, hidden: int, layers: int) -> None:
+    def __init__(self, num_features: int, num_classes: int, hidden: int, layers: int,
+                 dropout: float = 0.0) -> None:
         super().__init__()
         widths = [num_features] + [hidden] * layers
         self.encoder = nn.Sequential(*[m for w_in, w_out in zip(widths[:-1], widths[1:], strict=True)
-                                       for m in (nn.Linear(w_in, w_out), nn.SELU())])
+                                       for m in (nn.Linear(w_in, w_out), nn.SELU(), nn.Dropout(dropout))])
         self.head = nn.Linear(hidden, num_classes)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
