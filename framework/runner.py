@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from graphveil.config import RunConfig, config_from_dict
+from graphveil.errors import ConfigError
 from graphveil.host import PluginHost, default_host, read_only
 from graphveil.outputs import RunDirectory, dumps, format_table
 from graphveil.records_store import RecordsStore
@@ -127,39 +129,90 @@ def sweep_cell(config: RunConfig, target_epsilon: float | None, seed: int, out_d
     return config_from_dict(raw, f"{config.name} sweep cell ({label}, seed {seed})")
 
 
-def run_sweep(config: RunConfig, *, host: PluginHost | None = None, graph: Any = None) -> dict[str, Any]:
+def run_sweep(config: RunConfig, *, host: PluginHost | None = None, graph: Any = None,
+              resume: bool = False) -> dict[str, Any]:
     """Run every (target ε, seed) cell of ``config.sweep``; one table row per ε with mean ± 95 % CI.
 
     Each cell is a complete run directory under ``<output.dir>/<eps…|nonprivate>/seed<k>``; the
     sweep folder also gets ``results.jsonl`` (one line per cell) and ``table.txt``. The folder
     appears under its final name only when every cell has finished.
+
+    ``resume`` (``graphveil sweep``): the ``<output.dir>.partial`` folder of an earlier attempt is
+    kept, each of its complete cells (a run directory exists under its final name only once
+    complete) is read instead of run, and a sweep that stops keeps its partial folder.
+
+    :raises ConfigError: if a complete cell was run with another config than this sweep's.
     """
     if config.sweep is None:
         raise ValueError("config has no sweep section")
     host = host or default_host()
     final = Path(config.output.dir or RunDirectory.default_for(config.name))
-    out = RunDirectory(final)
-    rows, columns, cells = [], None, []
+    out = RunDirectory(final, resume=resume)
+    columns, cells = None, []
+    progress = _cell_progress(len(config.sweep.target_epsilon) * len(config.sweep.seeds),
+                              config.output.progress, config.name)
     try:
         for eps in config.sweep.target_epsilon:
-            results = []
             for seed in config.sweep.seeds:
                 cell = sweep_cell(config, eps, seed, out.path, host)
-                result = run_training(cell, host=host, graph=graph)
-                columns = columns or result_columns(result["session"])
-                record = {"target_epsilon": eps, "seed": seed, **result["row"]}
-                out.log_metrics(record)
-                cells.append(record)
-                results.append(result["row"])
-            rows.append(_summary_row(eps, results, columns))
+                row = completed_cell(cell) if resume else None
+                if row is None:
+                    result = run_training(cell, host=host, graph=graph)
+                    columns = columns or result_columns(result["session"])
+                    row = result["row"]
+                    out.log_metrics({"target_epsilon": eps, "seed": seed, **row})  # a kept cell is logged already
+                cells.append({"target_epsilon": eps, "seed": seed, **row})
+                progress.update(1)
+        if columns is None:  # every cell was read from an earlier attempt: the task names the metrics
+            session = TrainingSession(sweep_cell(config, None, config.sweep.seeds[0], out.path, host), host=host)
+            session.assemble()
+            columns = result_columns(session)
+        rows = [_summary_row(eps, [c for c in cells if c["target_epsilon"] == eps], columns)
+                for eps in config.sweep.target_epsilon]
         (out.path / "results.jsonl").write_text("".join(dumps(c) + "\n" for c in cells), encoding="utf-8")
         table = _sweep_table(rows, columns, len(config.sweep.seeds))
         (out.path / "table.txt").write_text(table + "\n", encoding="utf-8")
         run_dir = out.commit()
     except BaseException:
-        out.discard()
+        if resume:
+            out.close()
+        else:
+            out.discard()
         raise
+    finally:
+        progress.close()
     return {"run_dir": run_dir, "rows": rows, "table": table}
+
+
+def completed_cell(cell: RunConfig) -> dict[str, Any] | None:
+    """The result row of the sweep cell ``cell`` if its run directory is complete, else None.
+
+    :raises ConfigError: if that directory holds a run of another config (the sweep changed).
+    """
+    run_dir = Path(cell.output.dir)
+    if not run_dir.is_dir():
+        return None
+    # the output section (folder, progress bar) says where and how, not what was run
+    saved = yaml.safe_load((run_dir / "config.resolved.yaml").read_text(encoding="utf-8"))
+    saved.pop("output", None)
+    wanted = json.loads(dumps(cell.model_dump(mode="json", exclude={"output"})))
+    if saved != wanted:
+        changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+        raise ConfigError(f"sweep cell {run_dir} was run with another config (differs in: {', '.join(changed)}); "
+                          "resume with the same config and overrides, or choose another output folder")
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+             if line.strip()]
+    final = [x for x in lines if x.get("final") is True]  # run_training's last line: the result row
+    if not final:
+        return None
+    # dumps wrote ε = ∞ of a non-private cell as "inf"
+    return {k: float(v) if v in ("inf", "-inf") else v for k, v in final[-1].items() if k != "final"}
+
+
+def _cell_progress(total: int, enabled: bool, name: str) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not enabled, desc=f"{name} sweep", unit="cell", dynamic_ncols=True)
 
 
 def _summary_row(eps: float | None, results: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> dict[str, Any]:
