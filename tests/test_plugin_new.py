@@ -1,9 +1,11 @@
 """``graphveil plugin new``: the package it writes installs, passes its own test, and is listed.
 
-The end-to-end test installs the generated package into the running environment exactly as a
-user would (``pip install -e``, no dependencies, no build isolation: nothing is downloaded),
-runs its test with ``python -m pytest`` in a subprocess, checks ``graphveil plugins`` lists the
-component, and uninstalls it whatever happens, so the environment is left as it was.
+The end-to-end test builds and installs the generated package with pip (no dependencies, no
+build isolation: nothing is downloaded) into a folder of its own (``pip install --target``), then
+runs the package's test with ``python -m pytest`` and ``graphveil plugins`` in subprocesses that
+see that folder on ``PYTHONPATH``, so entry-point discovery finds it exactly as in a user's
+environment. The running environment is never changed: other processes sharing it (a parallel
+test run, a mutation run) never see a half-installed plugin.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 import pytest
@@ -31,41 +32,31 @@ def _pip(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=600, check=False)
 
 
-def _installed(name: str) -> bool:
-    try:
-        distribution(name)
-    except PackageNotFoundError:
-        return False
-    return True
-
-
 @pytest.fixture(params=sorted(PROBES))
-def installed_probe(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Path]:
-    """A generated package per family, pip-installed for the test and uninstalled after it, even on failure."""
+def installed_probe(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Path, list[str], dict[str, str]]:
+    """A generated package per family, the files it was generated with, installed into
+    ``tmp_path/site`` (the build leaves ``build/`` and ``*.egg-info`` beside them); the
+    environment that sees it."""
     family = request.param
     probe = PROBES[family][0]
-    assert not _installed(probe), f"{probe} is installed already (a previous run was killed?): pip uninstall {probe}"
     assert main(["plugin", "new", probe, "--family", family, "--dir", str(tmp_path)]) == 0
-    target = tmp_path / probe
-    try:
-        done = _pip("install", "--no-deps", "--no-build-isolation", "-q", "-e", str(target))
-        assert done.returncode == 0, done.stderr[-3000:]
-        yield family, target
-    finally:
-        if _installed(probe):
-            done = _pip("uninstall", "-y", "-q", probe)
-            assert done.returncode == 0, done.stderr[-3000:]
-    assert not _installed(probe)
+    target, site = tmp_path / probe, tmp_path / "site"
+    files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+    done = _pip("install", "--no-deps", "--no-build-isolation", "-q", "--target", str(site), str(target))
+    assert done.returncode == 0, done.stderr[-3000:]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    env.pop("GRAPHVEIL_DISABLE_PLUGIN_AUTOLOAD", None)
+    return family, target, files, env
 
 
 @pytest.mark.slow
-def test_the_generated_package_installs_passes_its_test_and_is_listed(installed_probe: tuple[str, Path]) -> None:
-    family, target = installed_probe
+def test_the_generated_package_installs_passes_its_test_and_is_listed(
+        installed_probe: tuple[str, Path, list[str], dict[str, str]]) -> None:
+    family, target, files, env = installed_probe
     probe, tests_in_package = PROBES[family]
-    assert sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()) == [
+    assert files == [
         "README.md", "pyproject.toml", f"src/{probe}.py", f"tests/test_{probe}.py"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    env.pop("GRAPHVEIL_DISABLE_PLUGIN_AUTOLOAD", None)
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=target,
                            env=env, capture_output=True, text=True, timeout=600, check=False)
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
