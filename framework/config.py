@@ -120,13 +120,14 @@ class DataConfig(BaseModel):
     in (``cfg.data.path`` is a ``Path``; the resolved config shows every option).
     """
 
-    model_config = ConfigDict(extra="allow")
+    # A refused option (a database URL holding a password) is never echoed by pydantic's own text.
+    model_config = ConfigDict(extra="allow", hide_input_in_errors=True)
     _loading_host: ClassVar[bool] = False
 
     source: str = Field("citeseer", description=(
         "Registered data source (see `graphveil plugins`); built in: citeseer (the CiteSeer text graph "
         "bundled with GraphVeil), citeseer_tape (a TAPE CiteSeer folder), edge_list (edges CSV/TSV + "
-        "entity table), parquet (relation + entity Parquet tables), pyg (a saved torch_geometric Data), planetoid (Cora bundled, or CiteSeer), twitch (a MUSAE Twitch folder). "
+        "entity table), parquet (relation + entity Parquet tables), sql (database tables or SELECT queries), pyg (a saved torch_geometric Data), planetoid (Cora bundled, or CiteSeer), twitch (a MUSAE Twitch folder). "
         "Its options go next to it, e.g. data.path."))
     split: SplitConfig = Field(default_factory=SplitConfig)
     max_entities: int | None = Field(None, gt=0, description="Keep only the first N entities (quick runs).")
@@ -326,6 +327,7 @@ class SweepConfig(_Strict):
 
 
 class RunConfig(_Strict):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)  # as DataConfig's: no secret echoed
     name: str = Field("run", description="Run name, used in the default output directory.")
     seed: int | None = Field(None, description=(
         "Seed of the SAMPLING generator only (Poisson batches, negatives; never the DP noise). "

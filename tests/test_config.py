@@ -118,8 +118,8 @@ def test_data_column_key_errors_name_the_key(tmp_path: Path, overrides: list[str
 
 
 def test_data_column_keys_apply_to_table_sources_only(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"data\.id_col applies only to sources 'edge_list', 'parquet' \(source is 'citeseer'\)"):
+    with pytest.raises(ConfigError, match=r"data\.id_col applies only to sources 'edge_list', 'parquet', 'sql' \(source is 'citeseer'\)"):
         load_config(write(tmp_path, GOOD), ["data.id_col=node"])
     # even edge_list's default value is refused: an option of another source is a mistake
-    with pytest.raises(ConfigError, match=r"data\.id_col applies only to sources 'edge_list', 'parquet'"):
+    with pytest.raises(ConfigError, match=r"data\.id_col applies only to sources 'edge_list', 'parquet', 'sql'"):
         load_config(write(tmp_path, GOOD), ["data.id_col=id"])

@@ -16,7 +16,7 @@ from graphveil.errors import ConfigError
 from graphveil.hookspecs import hookimpl
 from graphveil.host import PluginHost, default_host
 
-BUILTIN = {"citeseer", "citeseer_tape", "edge_list", "parquet", "planetoid", "pyg", "twitch"}
+BUILTIN = {"citeseer", "citeseer_tape", "edge_list", "parquet", "planetoid", "pyg", "sql", "twitch"}
 # The run config of the node-classification example, exactly.
 EXAMPLE_DATA = yaml.safe_load(
     "data: {source: planetoid, name: cora, split: {kind: random_node, val_fraction: 0.1, test_fraction: 0.15, seed: 0}}"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import re
 import secrets
 import tomllib
 from collections.abc import Mapping
@@ -151,7 +152,7 @@ class SiteSettings(BaseModel):
 
     site_name: str = Field(alias="site-name", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
                            description="Name the site reports to the server.")
-    data_source: Literal["edge_list", "parquet", "citeseer_tape", "pyg", "citeseer"] = Field(
+    data_source: Literal["edge_list", "parquet", "sql", "citeseer_tape", "pyg", "citeseer"] = Field(
         "edge_list", alias="data-source", description="Loader for the site's graph (see data.source).")
     data_path: Path | None = Field(None, alias="data-path",
                                    description="Edge file (edge_list), relation table (parquet), folder (citeseer_tape) or .pt file (pyg).")
@@ -165,6 +166,20 @@ class SiteSettings(BaseModel):
         "edge_list: entity-table column (JSONL: key) of the entity id; default 'id' (data.id_col)."))
     data_text_col: str | None = Field(None, alias="data-text-col", min_length=1, description=(
         "edge_list: entity-table column (JSONL: key) of the entity text; default 'text' (data.text_col)."))
+    data_url: str | None = Field(None, alias="data-url", min_length=1, description=(
+        "sql: database URL without a password (data.url), e.g. postgresql+psycopg://site@db:5432/graph."))
+    data_password_env: str | None = Field(None, alias="data-password-env", min_length=1, description=(
+        "sql: environment variable of the SuperNode holding the database password (data.password_env)."))
+    data_password_file: Path | None = Field(None, alias="data-password-file", description=(
+        "sql: file on the site holding only the database password (data.password_file)."))
+    data_entities_table: str | None = Field(None, alias="data-entities-table", min_length=1,
+                                            description="sql: entity table (data.entities_table).")
+    data_entities_query: str | None = Field(None, alias="data-entities-query", min_length=1,
+                                            description="sql: SELECT giving the entities (data.entities_query).")
+    data_relations_table: str | None = Field(None, alias="data-relations-table", min_length=1,
+                                             description="sql: relation table (data.relations_table).")
+    data_relations_query: str | None = Field(None, alias="data-relations-query", min_length=1,
+                                             description="sql: SELECT giving the relations (data.relations_query).")
     epsilon_budget: PositiveFinite = Field(alias="epsilon-budget",
                                   description="Total ε this site will ever release, across rounds and runs.")
     delta: Probability = Field(
@@ -217,7 +232,7 @@ class SiteSettings(BaseModel):
         """``accountants``, or the built-in accountants of the site's privacy unit."""
         return self.accountants if self.accountants is not None else BUILTIN_ACCOUNTANTS[self.privacy_unit]
 
-    @field_validator("data_path", "data_entities", "ledger", "ledger_anchor", "site_config")
+    @field_validator("data_path", "data_entities", "data_password_file", "ledger", "ledger_anchor", "site_config")
     @classmethod
     def _absolute(cls, v: Path | None) -> Path | None:
         # The ClientApp runs in a working directory of Flower's choosing.
@@ -233,15 +248,21 @@ class SiteSettings(BaseModel):
         except ValidationError as exc:
             known = sorted(f.alias or n for n, f in cls.model_fields.items())
             raise ConfigError(format_validation_error(source, exc, model=cls, known=known, noun="key")) from exc
-        if settings.data_source != "citeseer" and settings.data_path is None:
+        sql = {k: v for k, v in settings.sql_options.items() if v is not None}
+        if settings.data_source == "sql":
+            _check_sql_site(settings, source)
+        elif sql:
+            key = f"data-{next(iter(sql)).replace('_', '-')}"
+            raise ConfigError(f"{source}: {key} applies only to data-source 'sql'")
+        elif settings.data_source != "citeseer" and settings.data_path is None:
             raise ConfigError(f"{source}: data-path is required for data-source {settings.data_source!r}")
-        tables = ("edge_list", "parquet")  # the sources with an entity table and named columns
-        if settings.data_source in tables and settings.data_entities is None:
+        tables = ("edge_list", "parquet", "sql")  # the sources with named entity and relation columns
+        if settings.data_source in ("edge_list", "parquet") and settings.data_entities is None:
             raise ConfigError(f"{source}: data-entities is required for data-source {settings.data_source!r}")
         columns = {k: v for k, v in settings.data_columns.items() if v is not None}
         if columns and settings.data_source not in tables:
             key = f"data-{next(iter(columns)).replace('_', '-')}"
-            raise ConfigError(f"{source}: {key} applies only to data-source 'edge_list' or 'parquet'")
+            raise ConfigError(f"{source}: {key} applies only to data-source 'edge_list', 'parquet' or 'sql'")
         if (settings.data_source_col is None) != (settings.data_target_col is None):
             raise ConfigError(f"{source}: give both data-source-col and data-target-col, or neither")
         return settings
@@ -260,7 +281,7 @@ class SiteSettings(BaseModel):
     def check_files(self) -> None:
         """Refuse missing data files or an unwritable ledger folder (before Flower starts)."""
         for key, value in (("data-path", self.data_path), ("data-entities", self.data_entities),
-                           ("site-config", self.site_config)):
+                           ("data-password-file", self.data_password_file), ("site-config", self.site_config)):
             if value is not None and not value.exists():
                 raise ConfigError(f"node config: {key}: {value} does not exist")
         folder = self.ledger.parent
@@ -277,13 +298,43 @@ class SiteSettings(BaseModel):
         if self.data_entities is not None:
             out["entities"] = str(self.data_entities)
         out.update({k: v for k, v in self.data_columns.items() if v is not None})
+        out.update({k: str(v) if isinstance(v, Path) else v for k, v in self.sql_options.items() if v is not None})
         return out
+
+    @property
+    def sql_options(self) -> dict[str, Any]:
+        """``data-url`` … ``data-relations-query`` under their run-config names (``url`` …): the
+        names of the site's credentials (variable, file), never a password."""
+        return {"url": self.data_url, "password_env": self.data_password_env,
+                "password_file": self.data_password_file, "entities_table": self.data_entities_table,
+                "entities_query": self.data_entities_query, "relations_table": self.data_relations_table,
+                "relations_query": self.data_relations_query}
 
     @property
     def data_columns(self) -> dict[str, str | None]:
         """``data-source-col`` … ``data-text-col`` under their run-config names (``source_col`` …)."""
         return {"source_col": self.data_source_col, "target_col": self.data_target_col,
                 "id_col": self.data_id_col, "text_col": self.data_text_col}
+
+
+def _check_sql_site(settings: SiteSettings, source: str) -> None:
+    """A site's ``sql`` source: the options the run config would get, checked by the source
+    itself, messages naming the node config keys (``data-url``, not ``data.url``)."""
+    from graphveil.data.sources import check_source_options
+    from graphveil.host import default_host
+
+    if settings.data_url is None:
+        raise ConfigError(f"{source}: data-url is required for data-source 'sql'")
+    for key, value in (("data-path", settings.data_path), ("data-entities", settings.data_entities)):
+        if value is not None:
+            raise ConfigError(f"{source}: {key} does not apply to data-source 'sql' (name tables or "
+                              f"queries with data-entities-table / data-relations-table)")
+    try:
+        check_source_options(default_host(), "sql", {k: v for k, v in settings.data_section().items()
+                                                      if k != "source"})
+    except ConfigError as exc:
+        message = re.sub(r"\bdata\.(\w+)", lambda m: "data-" + m.group(1).replace("_", "-"), str(exc))
+        raise ConfigError(f"{source}: {message}") from None
 
 
 # ------------------------------------------------------------------------------ a site's run config

@@ -7,6 +7,7 @@ The built-in sources are plugins (``graphveil.plugins.standard.data_sources``) c
 ``citeseer_tape``  :func:`load_citeseer_tape`: a TAPE ``CiteSeer-Orig`` folder
 ``edge_list``      :func:`load_edge_list`: an edge CSV/TSV plus an entity table CSV/TSV/JSONL
 ``parquet``        :func:`graphveil.data.parquet.load_parquet`: the same from Parquet tables, streamed
+``sql``            :func:`graphveil.data.sql.load_sql`: the same from database tables or SELECTs, streamed
 ``pyg``            :func:`load_pyg`: a ``torch_geometric.data.Data`` (or a ``torch.save`` of one)
 ``planetoid``      :func:`graphveil.data.planetoid.load_planetoid`: Cora (bundled) or CiteSeer
 ``twitch``         :func:`graphveil.data.twitch.load_twitch`: a MUSAE Twitch graph (label: mature)

@@ -59,12 +59,17 @@ class EntityRecords:
 @dataclass(frozen=True)
 class EdgeRecords:
     """Relation rows as read from a file (or one chunk of them): endpoint ids and the line (or
-    table row, see :class:`EntityRecords`) each came from."""
+    table row, see :class:`EntityRecords`) each came from.
+
+    :param columns: the two id columns; when given, messages also name a relation by its key
+        (``row 7 (src 'c', dst 'x')``), for tables whose row order is the database's.
+    """
 
     source: str
     pairs: Sequence[tuple[str, str]]
     lines: Sequence[int]
     numbering: Numbering = "line"
+    columns: tuple[str, str] | None = None
 
 
 def _where(source: str, line: int | None, numbering: Numbering = "line") -> str:
@@ -161,6 +166,8 @@ def index_edges(
                 missing = [x for x, j in ((a, u), (b, v)) if j is None]
                 if on_unknown == "error":
                     where = _where(chunk.source, chunk.lines[i], chunk.numbering)
+                    if chunk.columns is not None:
+                        where += f" ({chunk.columns[0]} {a!r}, {chunk.columns[1]} {b!r})"
                     raise DataError(f"{where}: unknown entity id {missing[0]!r}")
                 unknown.update(missing)
                 dropped += 1

@@ -3,6 +3,7 @@
 Options sit next to ``source`` in the run config's ``data`` section, e.g.
 ``data: {source: edge_list, path: e.csv, entities: t.csv, source_col: id_1, target_col: id_2}``,
 ``data: {source: parquet, path: relations.parquet, entities: entities.parquet}``,
+``data: {source: sql, url: postgresql+psycopg://alice@db/graph, entities_table: entities, relations_table: relations}``,
 ``data: {source: planetoid, name: cora}`` or ``data: {source: twitch, path: musae_twitch_ENGB}``.
 Messages of the validators below name the keys as a user writes them (``data.<key>``).
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -19,6 +20,7 @@ from graphveil.components import NoParams
 from graphveil.data.graph import RelationalGraph
 from graphveil.data.node_graph import NodeGraph
 from graphveil.data.sources import DataSource
+from graphveil.errors import ConfigError
 from graphveil.hookspecs import hookimpl
 
 
@@ -68,13 +70,21 @@ class _TableOptions(_Options):
 
     @model_validator(mode="after")
     def _columns(self) -> _TableOptions:
-        if (self.source_col is None) != (self.target_col is None):
-            raise ValueError("give both data.source_col and data.target_col, or neither")
-        if self.source_col is not None and self.source_col == self.target_col:
-            raise ValueError(f"data.source_col and data.target_col name the same column {self.source_col!r}")
-        if self.id_col == self.text_col:
-            raise ValueError(f"data.id_col and data.text_col name the same column {self.id_col!r}")
-        return self
+        return _check_columns(self)
+
+
+_Columns = TypeVar("_Columns", bound=BaseModel)
+
+
+def _check_columns(options: _Columns) -> _Columns:
+    """The column options of a relation table plus an entity table, checked together."""
+    if (options.source_col is None) != (options.target_col is None):
+        raise ValueError("give both data.source_col and data.target_col, or neither")
+    if options.source_col is not None and options.source_col == options.target_col:
+        raise ValueError(f"data.source_col and data.target_col name the same column {options.source_col!r}")
+    if options.id_col == options.text_col:
+        raise ValueError(f"data.id_col and data.text_col name the same column {options.id_col!r}")
+    return options
 
 
 class EdgeListOptions(_TableOptions):
@@ -141,6 +151,76 @@ class ParquetSource(_TableSource):
         from graphveil.data.parquet import load_parquet  # pyarrow is imported only when used
 
         return load_parquet
+
+
+class SqlOptions(_Options):
+    """Options of the ``sql`` source; never a password (see :mod:`graphveil.data.sql`)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)  # a refused URL is not echoed
+
+    url: str = Field(description=(
+        "SQLAlchemy database URL without a password, e.g. postgresql+psycopg://alice@db:5432/graph, "
+        "sqlite:///graph.db, duckdb:///graph.duckdb. A URL holding a password is refused."))
+    password_env: str | None = Field(None, min_length=1, description=(
+        "Name of the environment variable holding the password (default: none; PostgreSQL then "
+        "uses libpq's PGPASSWORD / PGPASSFILE / ~/.pgpass)."))
+    password_file: Path | None = Field(None, description="File holding only the password (trailing newline ignored).")
+    entities_table: str | None = Field(None, min_length=1, description=(
+        "Entity table (schema.table allowed), read ORDER BY id_col; or give entities_query."))
+    entities_query: str | None = Field(None, min_length=1, description=(
+        "One SELECT giving the entity rows, read in its own order (add an ORDER BY); or give entities_table."))
+    relations_table: str | None = Field(None, min_length=1, description=(
+        "Relation table: one relation per row, two entity-id columns; or give relations_query."))
+    relations_query: str | None = Field(None, min_length=1, description=(
+        "One SELECT giving the relation rows; or give relations_table."))
+    source_col: str | None = Field(None, min_length=1, description=(
+        "Column of the relations holding the first entity id of each relation (set with "
+        "target_col). Default: the recognised pair of column names edge_list's header detection "
+        "uses (source/target, src/dst, from/to, ...), case-insensitive."))
+    target_col: str | None = Field(None, min_length=1, description=(
+        "Column of the relations holding the second entity id (set with source_col)."))
+    id_col: str = Field("id", min_length=1, description="Column of the entities holding the entity id (strings or integers).")
+    text_col: str = Field("text", min_length=1, description="Column of the entities holding the entity text.")
+    label_col: str | None = Field(None, min_length=1, description=(
+        "Column of the entities holding a class label (empty or null: unlabelled). Default: no labels."))
+    chunk_rows: int = Field(65_536, ge=1, description=(
+        "Rows fetched at a time (a server-side cursor on PostgreSQL): bounds the rows held in memory."))
+
+    @model_validator(mode="after")
+    def _sql(self) -> SqlOptions:
+        from graphveil.data.sql import check_select, check_url
+
+        if self.password_env is not None and self.password_file is not None:
+            raise ValueError("give one of data.password_env and data.password_file, not both")
+        try:
+            check_url(self.url)
+            for what in ("entities", "relations"):
+                table, query = getattr(self, f"{what}_table"), getattr(self, f"{what}_query")
+                if (table is None) == (query is None):
+                    raise ValueError(f"give one of data.{what}_table and data.{what}_query")
+                if query is not None:
+                    check_select(query, f"data.{what}_query")
+        except ConfigError as exc:  # pydantic reports ValueErrors only
+            raise ValueError(str(exc)) from None
+        return _check_columns(self)
+
+
+class SqlSource(DataSource):
+    """A text-attributed graph from database tables or read-only queries (data.url; SQLAlchemy, streamed)."""
+
+    Params = SqlOptions
+
+    def load(self) -> RelationalGraph:
+        from graphveil.data.sql import load_sql  # SQLAlchemy is imported only when used
+
+        p = self.params
+        return load_sql(
+            p.url, entities_table=p.entities_table, entities_query=p.entities_query,
+            relations_table=p.relations_table, relations_query=p.relations_query,
+            source_col=p.source_col, target_col=p.target_col, id_col=p.id_col, text_col=p.text_col,
+            label_col=p.label_col, password_env=p.password_env, password_file=p.password_file,
+            chunk_rows=p.chunk_rows, option_prefix="data.",
+        )
 
 
 class PygOptions(_Options):
@@ -234,6 +314,7 @@ SOURCES = {
     "citeseer_tape": CiteSeerTapeSource,
     "edge_list": EdgeListSource,
     "parquet": ParquetSource,
+    "sql": SqlSource,
     "pyg": PygSource,
     "planetoid": PlanetoidSource,
     "twitch": TwitchSource,

@@ -1,0 +1,433 @@
+"""The ``sql`` source's loader: entities and relations from database tables or read-only queries.
+
+Any database SQLAlchemy 2 reaches through a URL: PostgreSQL (``postgresql+psycopg://``, psycopg 3),
+SQLite (``sqlite:///graph.db``), DuckDB (``duckdb:///graph.duckdb``, with duckdb-engine). The graph
+is the one ``edge_list`` and ``parquet`` build from the same rows, through the same validation
+(:func:`~graphveil.data.validate.build_graph`): ids are strings or integers (written out in
+decimal), stripped; an empty or null label means unlabelled. Messages name the table (or
+"entities query" / "relations query"), the row in the order read and the row's key: the entity
+id, or a relation's two ids (``table relations, row 7 (src 'c', dst 'x'): unknown entity id 'x'``).
+
+Row order: an entity table is read ``ORDER BY`` its id column, so the same rows always give the
+same graph (a heap scan's order can change between two reads); a query is read in its own order
+(give it an ``ORDER BY``). Relations need no order: the graph stores them sorted.
+
+Reads are streamed: each result is fetched ``chunk_rows`` rows at a time (``fetchmany`` of the
+DB-API cursor; a named, server-side cursor on PostgreSQL), and each chunk of relations becomes
+int64 index pairs before the next is fetched, as the Parquet source does by record batch. A relation
+table whose rows would not fit in memory as Python strings therefore still loads.
+
+Read-only: a query must be one ``SELECT`` (or ``WITH … SELECT``) statement, checked before
+anything connects; and everything runs in a read-only transaction where the database has one
+(PostgreSQL: SQLAlchemy's ``postgresql_readonly`` option, so each transaction begins ``READ
+ONLY``; SQLite's ``PRAGMA query_only``; DuckDB's ``read_only`` connection). The database's own permissions stay
+the real guard: give GraphVeil a role that may only read.
+
+Credentials never sit in the run config: a URL holding a password is refused; the password comes
+from an environment variable (``password_env``), a file (``password_file``) or, for PostgreSQL,
+libpq's own ``PGPASSWORD`` / ``PGPASSFILE`` / ``~/.pgpass``. URLs in messages are rendered with
+the password hidden, and a message that would still hold the password has it replaced.
+
+SQLAlchemy is imported only here, when a database is read (``pip install graphveil[sql]``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from graphveil.data.graph import RelationalGraph
+from graphveil.data.parquet import edge_columns
+from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
+from graphveil.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL, Connection, Engine
+
+log = logging.getLogger(__name__)
+
+#: Rows fetched at a time: bounds the rows held as Python objects at once.
+CHUNK_ROWS = 65_536
+INSTALL_HINT = "pip install graphveil[sql]"
+#: URL query keys that carry a secret (libpq's ``password``, ``sslpassword``, ...).
+_SECRET_KEY = re.compile(r"pass(word)?$|secret|token", re.IGNORECASE)
+#: Words that make a SELECT or WITH statement write (``WITH d AS (DELETE …) SELECT``, ``SELECT …
+#: INTO new_table``); a statement starting with any other word is refused anyway. Function names
+#: that share a word with a statement (``replace()``) and plausible column names stay allowed.
+_WRITE_WORDS = {"insert", "update", "delete", "merge", "into", "create", "drop", "alter", "truncate",
+                "grant", "revoke", "pragma", "attach", "detach", "vacuum"}
+
+
+def sqlalchemy() -> Any:
+    """The ``sqlalchemy`` module, or a :class:`ConfigError` saying how to install it."""
+    try:
+        import sqlalchemy as sa
+    except ImportError:  # pragma: no cover - the test extra installs it
+        raise ConfigError(f"data.source 'sql' needs SQLAlchemy 2: {INSTALL_HINT}") from None
+    return sa
+
+
+# ------------------------------------------------------------------------------ checked before connecting
+
+
+def redact(url: URL | str) -> str:
+    """The URL as it may be printed: no password, secret query keys (``?password=``) hidden."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(url)
+    hidden = {k: "hidden" for k in url.query if _SECRET_KEY.search(k)}
+    return url._replace(password=None).update_query_dict(hidden).render_as_string()
+
+
+def check_url(url: str, key: str = "data.url") -> str:
+    """Refuse a database URL that is not one, or that holds a password (``key`` names the
+    option in messages). The message shows the URL redacted, never the password."""
+    sqlalchemy()
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise ConfigError(f"{key}: not a database URL (expected e.g. postgresql+psycopg://user@host:5432/db, "
+                          f"sqlite:///graph.db or duckdb:///graph.duckdb)") from None
+    secrets = [k for k in parsed.query if _SECRET_KEY.search(k)]
+    if parsed.password is not None or secrets:
+        where = "a password" if parsed.password is not None else f"the secret parameter {secrets[0]!r}"
+        raise ConfigError(
+            f"{key} holds {where} ({redact(parsed)}): credentials never go in the run config; remove it "
+            f"and give the password with data.password_env (the name of an environment variable "
+            f"holding it) or data.password_file (a file holding only the password), or for PostgreSQL "
+            f"with libpq's PGPASSWORD / PGPASSFILE"
+        )
+    return url
+
+
+def _words(sql: str, key: str) -> tuple[list[str], bool]:
+    """The bare words of ``sql`` outside quotes and comments, and whether a ``;`` is followed
+    by another statement. Quoted identifiers and string literals are skipped whole."""
+    words: list[str] = []
+    i, n, ended = 0, len(sql), False
+    while i < n:
+        c = sql[i]
+        if c in "'\"`":
+            close = sql.find(c, i + 1)
+            while close != -1 and close + 1 < n and sql[close + 1] == c:  # '' escapes a quote
+                close = sql.find(c, close + 2)
+            if close == -1:
+                raise ConfigError(f"{key}: unterminated {c}-quoted text")
+            i = close + 1
+        elif sql.startswith("--", i):
+            i = n if (end := sql.find("\n", i)) == -1 else end + 1
+        elif sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            if end == -1:
+                raise ConfigError(f"{key}: unterminated /* comment")
+            i = end + 2
+        elif sql.startswith("$", i) and (m := re.match(r"\$([A-Za-z_]\w*)?\$", sql[i:])):
+            end = sql.find(m.group(0), i + len(m.group(0)))  # PostgreSQL dollar quoting
+            if end == -1:
+                raise ConfigError(f"{key}: unterminated {m.group(0)}-quoted text")
+            i = end + len(m.group(0))
+        elif c == ";":
+            ended = True
+            i += 1
+        elif c.isalpha() or c == "_":
+            m = re.match(r"\w+", sql[i:])
+            if ended:
+                return words, True
+            words.append(m.group(0).lower())
+            i += len(m.group(0))
+        else:
+            if ended and not c.isspace():
+                return words, True
+            i += 1
+    return words, False
+
+
+def check_select(sql: str, key: str) -> str:
+    """Refuse anything but one read-only ``SELECT`` (or ``WITH … SELECT``) statement."""
+    words, more = _words(sql, key)
+    if not words:
+        raise ConfigError(f"{key}: empty query")
+    if words[0] not in ("select", "with"):
+        raise ConfigError(f"{key}: only a SELECT query is run (read-only); got a {words[0].upper()} statement")
+    if more:
+        raise ConfigError(f"{key}: only one SELECT statement is run; remove what follows the ';'")
+    writes = sorted(set(words) & _WRITE_WORDS)
+    if writes:
+        raise ConfigError(f"{key}: only a read-only SELECT query is run; {writes[0].upper()} would write")
+    return sql
+
+
+# ------------------------------------------------------------------------------ connecting
+
+
+def read_password(password_env: str | None, password_file: Path | None) -> str | None:
+    """The password from the environment variable or the file named (``None``: neither, so
+    the driver's own sources apply, e.g. libpq's PGPASSWORD / PGPASSFILE)."""
+    if password_env is not None:
+        value = os.environ.get(password_env)
+        if not value:
+            raise DataError(f"data.password_env: the environment variable {password_env!r} is "
+                            f"{'empty' if value == '' else 'not set'}")
+        return value
+    if password_file is not None:
+        path = Path(password_file)
+        try:
+            value = path.read_text(encoding="utf-8").rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"data.password_file: cannot read {path} ({type(exc).__name__})") from None
+        if not value:
+            raise DataError(f"data.password_file: {path} is empty")
+        if os.name == "posix" and path.stat().st_mode & 0o077:
+            log.warning("data.password_file: %s can be read by other users (chmod 600 it)", path)
+        return value
+    return None
+
+
+def _scrub(message: str, password: str | None) -> str:
+    message = message.strip().splitlines()[0] if message.strip() else message
+    return message.replace(password, "***") if password else message
+
+
+def _driver_hint(url: URL) -> str:
+    hints = {"postgresql": INSTALL_HINT, "duckdb": "pip install duckdb-engine"}
+    return hints.get(url.get_backend_name(), "install the database's SQLAlchemy driver")
+
+
+def _engine(url_text: str, password: str | None) -> Engine:
+    sa = sqlalchemy()
+    from sqlalchemy.exc import NoSuchModuleError
+    from sqlalchemy.pool import NullPool
+
+    url = sa.make_url(url_text)
+    if password is not None:
+        url = url.set(password=password)
+    connect_args: dict[str, Any] = {}
+    if url.get_backend_name() == "duckdb" and url.database not in (None, "", ":memory:"):
+        connect_args["read_only"] = True
+    try:
+        engine = sa.create_engine(url, poolclass=NullPool, connect_args=connect_args)
+    except (NoSuchModuleError, ImportError) as exc:
+        raise DataError(f"{redact(url)}: no SQLAlchemy driver for it ({_scrub(str(exc), password)}); "
+                        f"{_driver_hint(url)}") from None
+    if engine.dialect.name == "sqlite":
+        # SQLite has no read-only transaction; query_only makes the connection refuse writes.
+        sa.event.listen(engine, "connect", lambda dbapi, _: dbapi.execute("PRAGMA query_only = ON"))
+    return engine
+
+
+@contextmanager
+def read_only(engine: Engine, password: str | None = None) -> Iterator[Connection]:
+    """A connection in a read-only transaction where the dialect has one; database errors
+    become :class:`DataError` naming the redacted URL (the password scrubbed from the message)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    where = redact(engine.url)
+    try:
+        with engine.connect() as conn:
+            if engine.dialect.name == "postgresql":  # every transaction begins READ ONLY
+                conn = conn.execution_options(postgresql_readonly=True)
+            with conn.begin():
+                yield conn
+    except (SQLAlchemyError, engine.dialect.loaded_dbapi.Error) as exc:  # rows come from the DB-API cursor
+        detail = str(getattr(exc, "orig", None) or exc)
+        raise DataError(f"{where}: {_scrub(detail, password)}") from None
+    finally:
+        engine.dispose()
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+class _Rows:
+    """One table or query of the database: its name in messages, and how its rows are read."""
+
+    def __init__(self, conn: Connection, label: str, table: str | None, query: str | None) -> None:
+        self.conn, self.label, self.table, self.query = conn, label, table, query
+
+    @property
+    def source(self) -> str:
+        return f"table {self.table}" if self.table else f"{self.label} query"
+
+    def _from(self) -> Any:
+        sa = sqlalchemy()
+        if self.table:
+            schema, _, name = self.table.rpartition(".")
+            return sa.table(name, schema=schema or None)
+        return sa.text(f"({_literal(self.query)}\n) AS graphveil_query")  # \n: ends a trailing -- comment
+
+    def columns(self) -> list[str]:
+        """The column names of the table or query (nothing is fetched)."""
+        sa = sqlalchemy()
+        with self.conn.execute(sa.select(sa.text("*")).select_from(self._from()).limit(0)) as result:
+            return list(result.keys())
+
+    def stream(self, wanted: list[str], chunk_rows: int, order_by: str | None = None) -> Iterator[tuple[int, list[Any]]]:
+        """``(first row, rows of the wanted columns)``, rows counted from 1, ``chunk_rows`` at a
+        time. A table is read with only these columns (ordered by ``order_by``); a query as written.
+
+        The rows come straight from the DB-API cursor of the connection's read-only transaction
+        (plain tuples: a SQLAlchemy Row per row would cost more than the rest of the load), a
+        named, server-side cursor on PostgreSQL so that only one chunk is ever on the client."""
+        sa = sqlalchemy()
+        if self.table:
+            stmt = sa.select(*[sa.column(c) for c in wanted]).select_from(self._from())
+            if order_by is not None:
+                stmt = stmt.order_by(sa.column(order_by))
+            sql = str(stmt.compile(dialect=self.conn.dialect))
+        else:
+            sql = self.query
+        raw = self.conn.connection.dbapi_connection
+        cursor = raw.cursor(name="graphveil_rows") if self.conn.dialect.name == "postgresql" else raw.cursor()
+        try:
+            cursor.execute(sql)
+            keys = [d[0] for d in cursor.description]
+            pick = None if keys == wanted else [keys.index(c) for c in wanted]
+            row = 1
+            while part := cursor.fetchmany(chunk_rows):
+                yield row, part if pick is None else [tuple(r[i] for i in pick) for r in part]
+                row += len(part)
+        finally:
+            cursor.close()
+
+
+def _literal(query: str) -> str:
+    """A query for ``sqlalchemy.text``: single colons escaped (no bind parameters; ``::`` casts
+    stay), a final ``;`` dropped (the query also runs as a subquery)."""
+    return re.sub(r"(?<!:):(?!:)", r"\\:", re.sub(r";\s*$", "", query.strip()))
+
+
+def _column(names: list[str], name: str, source: str, option: str, prefix: str) -> str:
+    if name not in names:
+        raise DataError(f"{source}: no column {name!r} (columns: {', '.join(names)}); "
+                        f"set {prefix}{option} to the right one")
+    return name
+
+
+def _id(value: Any, name: str, source: str, row: int, *, nulls: bool = False) -> str | None:
+    """An id (or label) cell as a stripped string: strings, integers in decimal."""
+    if type(value) is str:
+        return value.strip()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if value is None:
+        if nulls:
+            return None
+        raise DataError(f"{source}, row {row}: column {name!r} is null")
+    raise DataError(f"{source}, row {row}: column {name!r} holds {type(value).__name__}, not a string "
+                    f"or an integer (cast it in a query, e.g. CAST({name} AS TEXT))")
+
+
+def _ids(values: Sequence[Any], name: str, source: str, first_row: int) -> list[str]:
+    try:  # the common case: every cell a string
+        return [v.strip() for v in values]
+    except (AttributeError, TypeError):
+        return [_id(v, name, source, first_row + k) for k, v in enumerate(values)]
+
+
+def read_sql_entities(rows: _Rows, *, id_col: str, text_col: str, label_col: str | None,
+                      chunk_rows: int, option_prefix: str = "") -> EntityRecords:
+    """The entity rows: ids, texts (a null or non-string is refused by the validation as "no
+    text") and optional labels; a table is read in id order."""
+    p, source = option_prefix, rows.source
+    names = rows.columns()
+    wanted = [_column(names, id_col, source, "id_col", p), _column(names, text_col, source, "text_col", p)]
+    if label_col:
+        wanted.append(_column(names, label_col, source, "label_col", p))
+    ids: list[str] = []
+    texts: list[Any] = []
+    labels: list[str | None] = []
+    for first, part in rows.stream(wanted, chunk_rows, order_by=id_col):
+        columns = list(zip(*part, strict=True))
+        ids.extend(_ids(columns[0], id_col, source, first))
+        texts.extend(columns[1])
+        if label_col:
+            labels.extend(_id(v, label_col, source, first + k, nulls=True) or None
+                          for k, v in enumerate(columns[2]))
+    if not ids:
+        raise DataError(f"{source}: no entities")
+    return EntityRecords(source, ids, range(1, len(ids) + 1), texts, labels if label_col else None, "row")
+
+
+def read_sql_edges(rows: _Rows, *, source_col: str | None, target_col: str | None, chunk_rows: int,
+                   option_prefix: str = "") -> Iterator[EdgeRecords]:
+    """The relation rows as chunks of :class:`EdgeRecords` (rows numbered across the result, a
+    relation named by its two ids in messages). The columns are checked before the first chunk."""
+    p, source = option_prefix, rows.source
+    names = rows.columns()
+    s, t = edge_columns(names, source, source_col, target_col, p)
+    _column(names, s, source, "source_col", p)
+    _column(names, t, source, "target_col", p)
+
+    def chunks() -> Iterator[EdgeRecords]:
+        empty = True
+        for first, part in rows.stream([s, t], chunk_rows):
+            empty = False
+            a, b = zip(*part, strict=True)
+            pairs = list(zip(_ids(a, s, source, first), _ids(b, t, source, first), strict=True))
+            yield EdgeRecords(source, pairs, range(first, first + len(part)), "row", columns=(s, t))
+        if empty:
+            raise DataError(f"{source}: no edges")
+
+    return chunks()
+
+
+def load_sql(
+    url: str,
+    *,
+    entities_table: str | None = None,
+    entities_query: str | None = None,
+    relations_table: str | None = None,
+    relations_query: str | None = None,
+    source_col: str | None = None,
+    target_col: str | None = None,
+    id_col: str = "id",
+    text_col: str = "text",
+    label_col: str | None = None,
+    password_env: str | None = None,
+    password_file: str | os.PathLike[str] | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+    on_unknown: OnUnknown = "error",
+    name: str | None = None,
+    option_prefix: str = "",
+) -> RelationalGraph:
+    """A text-attributed graph from an entity table (or query) and a relation table (or query)
+    of the database at ``url`` (the ``sql`` source); columns and result as
+    :func:`~graphveil.data.loaders.load_edge_list`. Give exactly one of ``entities_table`` /
+    ``entities_query`` and one of ``relations_table`` / ``relations_query``.
+
+    :raises ConfigError: a URL holding a password, a query that is not one SELECT.
+    :raises DataError: the database cannot be reached or read, or the rows fail the validation.
+    """
+    check_url(url)
+    for what, table, query in (("entities", entities_table, entities_query),
+                               ("relations", relations_table, relations_query)):
+        if (table is None) == (query is None):
+            raise ConfigError(f"give one of {option_prefix}{what}_table and {option_prefix}{what}_query")
+        if query is not None:
+            check_select(query, f"{option_prefix}{what}_query")
+    password = read_password(password_env, None if password_file is None else Path(password_file))
+    engine = _engine(url, password)
+    log.info("reading the graph from %s", redact(engine.url))
+    with read_only(engine, password) as conn:
+        relations = _Rows(conn, "relations", relations_table, relations_query)
+        chunks = read_sql_edges(relations, source_col=source_col, target_col=target_col,
+                                chunk_rows=chunk_rows, option_prefix=option_prefix)
+        entities = read_sql_entities(
+            _Rows(conn, "entities", entities_table, entities_query), id_col=id_col, text_col=text_col,
+            label_col=label_col, chunk_rows=chunk_rows, option_prefix=option_prefix)
+        default = relations_table.rpartition(".")[2] if relations_table else _database_name(engine.url)
+        return build_graph(name or default, entities, chunks, on_unknown=on_unknown,
+                           edge_source=relations.source)
+
+
+def _database_name(url: URL) -> str:
+    return Path(url.database).stem if url.database else url.get_backend_name()
+
