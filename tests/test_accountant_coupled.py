@@ -240,8 +240,9 @@ def test_c1_takes_the_larger_of_both_directions(monkeypatch: pytest.MonkeyPatch)
     numbers = dict(sigma=1.0, gamma=1e-3, m=20_000, n=5_000, K=3, k_neg=2)
     orders = np.array([1.5, 3.0, 7.5])
     base = thmc1_rdp(orders, **numbers)
-    real = C.log_psi_excess_quad
-    monkeypatch.setattr(C, "log_psi_excess_quad", lambda b, w, s: real(b, w, s) + (600.0 if b <= 0 else 0.0))
+    real = C.log_psi_excess_quad_many
+    monkeypatch.setattr(C, "log_psi_excess_quad_many",
+                        lambda b, w, s: real(b, w, s) + np.where(np.asarray(b) <= 0, 600.0, 0.0)[:, None])
     boosted = thmc1_rdp(orders, **numbers)
     assert (boosted > base).all()
     assert (boosted > 500 / (orders - 1)).all()  # log E e^{600 + log(Ψ−1)} with log(Ψ−1) > −100

@@ -30,6 +30,7 @@ from graphveil.privacy.conversion import (
     validate_delta,
     validate_orders,
 )
+from graphveil.privacy.order_window import OrderWindow
 
 
 def check_noise_multiplier(sigma: Any) -> float:
@@ -302,7 +303,9 @@ class RdpAccountantBase(Accountant):
         One budget for the whole plan: the one-shot releases composed so far count against the
         target, and so do the plan's releases still to come, ``releases(σ)`` → ``[(name,
         dp_accounting event)]`` (events of releases that take the shared σ depend on it; fixed
-        ones do not). Does not touch the history. :raises PrivacyError: on ε ≤ 0, a bad δ, fewer
+        ones do not). Does not touch the history. Each bisection step evaluates the per-step RDP
+        only at the orders near the last optimum (:class:`~graphveil.privacy.order_window.OrderWindow`,
+        the same answers as the whole curve). :raises PrivacyError: on ε ≤ 0, a bad δ, fewer
         than one step with no release, or a target no σ in :attr:`SIGMA_RANGE` meets.
         """
         try:
@@ -336,8 +339,43 @@ class RdpAccountantBase(Accountant):
         if steps == 0 and not np.any(planned(self.SIGMA_RANGE[1]) - planned(self.SIGMA_RANGE[0])):
             raise PrivacyError("nothing in the plan depends on the noise multiplier: no steps and no "
                                "release calibrated with the run, so there is no σ to calibrate")
+        if not steps:
+            return bisect_sigma(epsilon_at, target, sigma_range=self.SIGMA_RANGE, rtol=self.CALIBRATE_RTOL)
 
-        return bisect_sigma(epsilon_at, target, sigma_range=self.SIGMA_RANGE, rtol=self.CALIBRATE_RTOL)
+        # each bisection step asks only whether ε ≤ target: answered exactly from the orders
+        # near the optimum (OrderWindow), the same answers as the whole curve, so the same σ
+        window = OrderWindow(self.orders, self._per_step_rdp_at, steps, delta)
+
+        def meets(sigma: float) -> float:  # ≤ target exactly when ε(σ) ≤ target
+            return target if window.feasible(sigma, planned(sigma), target) else math.inf
+
+        try:
+            return bisect_sigma(meets, target, sigma_range=self.SIGMA_RANGE, rtol=self.CALIBRATE_RTOL)
+        except PrivacyError:
+            top = self.SIGMA_RANGE[1]
+            raise PrivacyError(f"target ε={target:g} is infeasible: even σ={top:g} gives "
+                               f"ε={epsilon_at(top):.4g}") from None
+
+    def _per_step_rdp_at(self, noise_multiplier: float, index: np.ndarray) -> np.ndarray:
+        """Per-step RDP at σ on the orders ``self.orders[index]`` only.
+
+        From the cached full curve if there is one; else :meth:`per_step_rdp` is called with
+        ``self.orders`` narrowed to those orders for the call (every accountant computes each
+        order on its own, so the values equal the full curve's there: tests check it).
+        """
+        sigma = check_noise_multiplier(noise_multiplier)
+        cached = self._cache.get(sigma)
+        if cached is not None:
+            return cached[index]
+        grid = self.orders
+        self.orders = grid[index]
+        try:
+            curve = np.asarray(self.per_step_rdp(sigma), dtype=float)
+        finally:
+            self.orders = grid
+        if curve.shape != (len(index),) or np.isnan(curve).any():
+            raise PrivacyError(f"accountant {self.mechanism!r} produced an invalid RDP curve at σ={sigma}")
+        return curve
 
     def state_dict(self) -> dict[str, Any]:
         return {
