@@ -1,6 +1,6 @@
 """Utility benchmark: the demo's comparison at sizes where DP has a fairer chance.
 
-Same rows as ``graphveil demo`` (base, non-private, entity-level standard clipping, entity-level
+Same rows as ``graphveil demo --setting citeseer-minilm-lora`` (base, non-private, entity-level standard clipping, entity-level
 FREQ-CLIP, edge-level), same bundled CiteSeer graph and transfer split, but more steps, larger
 batches and several ε targets. Prints a markdown table (for the README) and writes JSON lines.
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         })
         sampler = {"batch_size": args.batch_size, "k_neg": args.k_neg, "degree_cap": args.degree_cap}
         configs = demo_configs(root=runs_root / f"eps{eps:g}", progress=True, base=base,
-                               sampler=sampler, target_epsilon=eps)
+                               sampler=sampler, target_epsilon=eps, setting="citeseer-minilm-lora")
         for label, cfg in configs:
             private = cfg.privacy.enabled
             if i > 0 and not private:

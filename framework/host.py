@@ -219,12 +219,17 @@ class PluginHost:
 
         :param where: prefix for error messages (e.g. ``"run.yaml: clipper"``).
         """
+        return self.get(family, name).factory(self.validate(family, name, params, where=where))
+
+    def validate(self, family: str, name: str, params: Mapping[str, Any] | None = None,
+                 *, where: str = "") -> BaseModel:
+        """``params`` validated against the component's ``Params`` model, without building it
+        (:meth:`create`'s check, for callers that refuse bad options before running anything)."""
         info = self.get(family, name)
         try:
-            validated = info.params_model.model_validate(dict(params or {}))
+            return info.params_model.model_validate(dict(params or {}))
         except ValidationError as exc:
             raise ConfigError(format_validation_error(where or family, exc, sep=".")) from exc
-        return info.factory(validated)
 
     @property
     def hook(self) -> Any:

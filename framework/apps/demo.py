@@ -2,14 +2,24 @@
 
 Two tasks share the run loop, the output folder and the tables of this module:
 
-- ``--task relational`` (default): the comparison on the bundled CiteSeer text graph (below).
+- ``--task relational`` (default): zero-shot relation prediction on held-out entities (below).
 - ``--task node``: paper 4's GDP methods on bundled Cora (:mod:`graphveil.apps.demo_node`).
 
 Relational rows: the base encoder without fine-tuning, non-private fine-tuning, entity-level DP
 with standard clipping and with FREQ-CLIP, and edge-level DP, all at the same ε target, on the
 same keyed transfer split (``data.split.seed`` is the split key), the same encoder and the same
-number of steps. The sampling seed is left unset (fresh OS entropy per run) and DP noise comes
-from the OS CSPRNG, so two demo runs differ in their batches and noise.
+number of steps. Every row is evaluated on the same held-out relations in the same batches, so
+each trained row also gets its paired difference to the base row (ΔPREC@1, ΔMRR) with a 95 %
+paired-bootstrap interval over those relations, and the private rows the share of the
+non-private MRR gain they keep. The sampling seed is left unset (fresh OS entropy per run) and
+DP noise comes from the OS CSPRNG, so two demo runs differ in their batches and noise.
+
+Settings (``--setting``, :data:`SETTINGS`): ``cora-features`` (default) trains a weight per
+word (encoder ``frozen_head``, ``head: diagonal``, the identity at step 0) on bundled Cora's
+bag-of-words vectors, where relations teach which shared words matter; ``citeseer-minilm-lora`` is the
+first demo, MiniLM + LoRA on bundled CiteSeer text, which has no headroom (README). ``--set
+KEY=VALUE`` overrides apply to every row (:func:`demo_configs`), so the same table runs on a
+user's graph.
 
 A demo's folder is written under ``<output>.partial`` and renamed when every row has finished
 (each row's run directory, ``results.jsonl``, ``table.txt``, ``table.md``); a failed or
@@ -26,90 +36,215 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graphveil.config import RunConfig, config_from_dict, merge_config
+from graphveil.config import (
+    RunConfig,
+    apply_overrides,
+    config_from_dict,
+    merge_config,
+    parse_override,
+)
+from graphveil.errors import ConfigError
+from graphveil.evaluation import paired_delta
 from graphveil.outputs import RunDirectory, dumps, format_table
 from graphveil.records_store import MemoryRecordsStore
-from graphveil.runner import result_columns, run_training
+from graphveil.runner import TAIL_COLUMNS, run_training
 
 Columns = list[tuple[str, str, str]]
 
 TARGET_EPSILON = 10.0
 
-#: Shared settings. Sizes are planned from the cost of a MiniLM pass on 2 CPU cores: LoRA sits
-#: in the top layer only and the frozen layers' outputs are cached once per entity.
-BASE: dict[str, Any] = {
+#: The first demo: MiniLM + LoRA on CiteSeer text (also bench/utility.py's setting). Sizes are
+#: planned from the cost of a MiniLM pass on 2 CPU cores: LoRA sits in the top layer only and
+#: the frozen layers' outputs are cached once per entity.
+MINILM_LORA: dict[str, Any] = {
     "data": {"source": "citeseer", "split": {"train_fraction": 0.7, "seed": 0}},
     "encoder": {"name": "hf_lora", "model": "minilm", "max_length": 32, "lora_layers": 1, "lora_rank": 8},
     "training": {"steps": 30, "loss": "infonce", "optimizer": "adam", "lr": 2e-3, "temperature": 0.05},
     "evaluation": {"batch_size": 256},
     "output": {"progress": True},
 }
-ENTITY_SAMPLER = {"name": "entity_poisson_wor", "batch_size": 256, "k_neg": 4, "degree_cap": 5}
-EDGE_SAMPLER = {"name": "edge_poisson_decoupled", "batch_size": 256, "k_neg": 4}
+
+#: The default: a weight per word (``head: diagonal``, ones at step 0) on Cora's bag of words.
+#: The identity-initialised full linear head (``--set encoder.head=linear --set
+#: training.lr=3e-4``) gains a little more without DP, but its 2 M weights drown in DP noise
+#: and take ~5x the time (README).
+CORA_FEATURES: dict[str, Any] = {
+    "data": {"source": "planetoid", "name": "cora", "split": {"train_fraction": 0.7, "seed": 0}},
+    "encoder": {"name": "frozen_head", "model": "features", "head": "diagonal"},
+    "training": {"steps": 100, "loss": "infonce", "optimizer": "adam", "lr": 1e-2, "temperature": 0.1},
+    "evaluation": {"batch_size": 256},
+    "output": {"progress": True},
+}
+
+#: ``--setting`` name → (shared settings, entity-level sampler, edge-level sampler, caption).
+SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any], str]] = {
+    "cora-features": (
+        CORA_FEATURES,
+        {"name": "entity_poisson_wor", "batch_size": 256, "k_neg": 4, "degree_cap": 5},
+        {"name": "edge_poisson_decoupled", "batch_size": 256, "k_neg": 4},
+        "zero-shot relation prediction on held-out Cora entities (a weight per word of the bag of words)"),
+    "citeseer-minilm-lora": (
+        MINILM_LORA,
+        {"name": "entity_poisson_wor", "batch_size": 256, "k_neg": 4, "degree_cap": 5},
+        {"name": "edge_poisson_decoupled", "batch_size": 256, "k_neg": 4},
+        "zero-shot relation prediction on held-out CiteSeer entities (MiniLM + LoRA)"),
+}
+DEFAULT_SETTING = "cora-features"
+
+#: bench/utility.py's shared settings (MiniLM + LoRA on CiteSeer).
+BASE = MINILM_LORA
 PRIVATE = {"enabled": True, "target_epsilon": TARGET_EPSILON}
 
+#: (key, label, row settings); ``{eps}`` in a label is the row's ε target.
 ROWS: list[tuple[str, str, dict[str, Any]]] = [
     ("base", "base encoder (no fine-tuning)", {
-        "sampler": ENTITY_SAMPLER, "clipper": {"name": "no_clip"},
+        "sampler": "entity", "clipper": {"name": "no_clip"},
         "accountant": {"name": "no_accounting"}, "privacy": {"enabled": False},
         "training": {"steps": 0}}),
     ("nonprivate", "non-private fine-tuning", {
-        "sampler": ENTITY_SAMPLER, "clipper": {"name": "no_clip"},
+        "sampler": "entity", "clipper": {"name": "no_clip"},
         "accountant": {"name": "no_accounting"}, "privacy": {"enabled": False}}),
-    ("entity_standard", f"entity-level ε={TARGET_EPSILON:g}, standard clipping", {
-        "sampler": ENTITY_SAMPLER, "clipper": {"name": "standard_clip", "clip_norm": 1.0},
+    ("entity_standard", "entity-level ε={eps}, standard clipping", {
+        "sampler": "entity", "clipper": {"name": "standard_clip", "clip_norm": 1.0},
         "accountant": {"name": "coupled_rdp_standard"}, "privacy": PRIVATE}),
-    ("entity_freq", f"entity-level ε={TARGET_EPSILON:g}, FREQ-CLIP", {
-        "sampler": ENTITY_SAMPLER, "clipper": {"name": "freq_clip", "clip_norm": 1.0},
+    ("entity_freq", "entity-level ε={eps}, FREQ-CLIP", {
+        "sampler": "entity", "clipper": {"name": "freq_clip", "clip_norm": 1.0},
         "accountant": {"name": "coupled_rdp_freq"}, "privacy": PRIVATE}),
-    ("edge", f"edge-level ε={TARGET_EPSILON:g}", {
-        "sampler": EDGE_SAMPLER, "clipper": {"name": "per_tuple_clip", "clip_norm": 1.0},
+    ("edge", "edge-level ε={eps}", {
+        "sampler": "edge", "clipper": {"name": "per_tuple_clip", "clip_norm": 1.0},
         "accountant": {"name": "edge_rdp"}, "privacy": PRIVATE}),
 ]
 
-#: --quick: a tiny random encoder and a handful of steps, to check the wiring in seconds.
-QUICK = {
-    "encoder": {"name": "hf_lora", "model": "tiny-bert", "max_length": 16, "lora_layers": 1},
-    "training": {"steps": 3},
-    "data": {"max_entities": 600},
-    "sampler_batch_size": 32,
+#: Sections whose options differ by row: a ``--set`` there reaches the rows whose section holds
+#: the option (``sampler.degree_cap``: entity-level rows; ``clipper.clip_norm``,
+#: ``privacy.target_epsilon``: private rows). Every other ``--set`` reaches every row.
+ROW_SECTIONS = ("sampler", "clipper", "accountant", "privacy")
+
+#: The ``data`` keys of every source (graphveil.config.DataConfig); the rest belong to the source.
+DATA_KEYS = ("split", "max_entities", "classes")
+
+
+def _holds(raw: Mapping[str, Any], section: str, option: str) -> bool:
+    """Whether a ``--set section.option`` reaches this row (see :data:`ROW_SECTIONS`)."""
+    if section not in ROW_SECTIONS or not isinstance(raw.get(section), dict):
+        return True
+    if section == "privacy" and raw["privacy"].get("enabled", True):
+        return True  # every privacy option (delta, unit, ...) belongs to the private rows
+    return option in raw[section]
+
+
+#: --quick: a handful of steps on a small graph, to check the wiring in seconds.
+QUICK: dict[str, dict[str, Any]] = {
+    "cora-features": {"training": {"steps": 3}, "data": {"max_entities": 600}},
+    "citeseer-minilm-lora": {
+        "encoder": {"name": "hf_lora", "model": "tiny-bert", "max_length": 16, "lora_layers": 1},
+        "training": {"steps": 3}, "data": {"max_entities": 600}},
 }
+QUICK_BATCH_SIZE = 32
 
 
 def demo_configs(quick: bool = False, root: Path | None = None, progress: bool = True,
                  base: dict[str, Any] | None = None, sampler: dict[str, Any] | None = None,
-                 target_epsilon: float = TARGET_EPSILON) -> list[tuple[str, RunConfig]]:
+                 target_epsilon: float = TARGET_EPSILON, overrides: Sequence[str] = (),
+                 setting: str = DEFAULT_SETTING) -> list[tuple[str, RunConfig]]:
     """The relational demo's run configs, in table order (also used by bench/utility.py).
 
-    :param base: shared settings replacing :data:`BASE`.
+    :param base: shared settings replacing the setting's own.
     :param sampler: options applied to every row's sampler (``degree_cap`` only where it applies).
     :param target_epsilon: ε of the private rows.
+    :param overrides: ``--set KEY=VALUE`` texts (the run command's syntax), applied to every row
+        after the demo's own settings (see :data:`ROW_SECTIONS`); the base row keeps 0 steps.
+    :param setting: a key of :data:`SETTINGS`.
+    :raises ConfigError: for an unknown setting, a malformed override, one that reaches no row,
+        or a row config the override made invalid (naming the row).
     """
-    shared = copy.deepcopy(base or BASE)
+    if setting not in SETTINGS:
+        raise ConfigError(f"demo --setting {setting!r}: choose one of {', '.join(SETTINGS)}")
+    shared_settings, entity_sampler, edge_sampler, _ = SETTINGS[setting]
+    shared = copy.deepcopy(base or shared_settings)
+    samplers = {"entity": entity_sampler, "edge": edge_sampler}
     if quick:
-        shared = merge_config(shared, {k: v for k, v in QUICK.items() if k != "sampler_batch_size"})
-        sampler = {"batch_size": QUICK["sampler_batch_size"], **(sampler or {})}
+        shared = merge_config(shared, QUICK[setting])
+        sampler = {"batch_size": QUICK_BATCH_SIZE, **(sampler or {})}
+    parsed = [(text, *parse_override(text)) for text in overrides]
+    reached = {text: 0 for text in overrides}
     configs = []
     for key, label, extra in ROWS:
-        raw = merge_config(shared, extra)
-        if key == "base":
-            raw["training"]["steps"] = 0
+        raw = merge_config(shared, {**extra, "sampler": samplers[extra["sampler"]]})
         for option, value in (sampler or {}).items():
             if option in raw["sampler"]:
                 raw["sampler"][option] = value
         if raw["privacy"].get("enabled", True):
             raw["privacy"] = {"enabled": True, "target_epsilon": target_epsilon}
-            label = label.replace(f"ε={TARGET_EPSILON:g}", f"ε={target_epsilon:g}")
+        if any(parts == ["data", "source"] for _, parts, _ in parsed):
+            # another data source: drop the bundled source's own options (e.g. planetoid's name)
+            raw["data"] = {k: v for k, v in raw["data"].items() if k in DATA_KEYS}
+        for text, parts, _value in parsed:
+            if len(parts) > 1 and not _holds(raw, parts[0], parts[1]):
+                continue  # e.g. sampler.degree_cap on the edge-level row
+            apply_overrides(raw, [text])
+            reached[text] += 1
+        if key == "base":
+            raw["training"]["steps"] = 0
         raw["name"] = key
-        raw["output"] = {"progress": progress, **({"dir": str(root / key)} if root else {})}
-        configs.append((label, config_from_dict(raw, f"demo:{key}")))
+        raw["output"] = {**raw.get("output", {}), "progress": progress,
+                         **({"dir": str(root / key)} if root else {})}
+        cfg = config_from_dict(raw, f"demo row {key!r}")
+        if overrides:  # refuse a bad component option now, not after the rows before it ran
+            check_components(cfg, f"demo row {key!r}")
+        eps = cfg.privacy.target_epsilon
+        configs.append((label.format(eps=f"{eps:g}" if eps is not None else "?"), cfg))
+    unused = [text for text, count in reached.items() if count == 0]
+    if unused:
+        raise ConfigError(f"demo --set {unused[0]!r}: no row has that option (row options: "
+                          f"{', '.join(ROW_SECTIONS)} sections as each row sets them)")
     return configs
 
 
+def check_components(cfg: RunConfig, where: str) -> None:
+    """Validate each component section's options against its plugin (nothing is built)."""
+    from graphveil.host import default_host
+
+    host = default_host()
+    sections = [("sampler", cfg.sampler), ("clipper", cfg.clipper), ("accountant", cfg.accountant),
+                ("task", cfg.task), ("encoder", cfg.network)]
+    for family, section in sections:
+        host.validate(family, section.name, section.params, where=f"{where}: {family}")
+
+
+#: The relational demo's table: metrics with their intervals, the paired gain, ε, σ, steps, time.
+RELATIONAL_COLUMNS: Columns = [
+    ("name", "run", ""), ("prec1", "PREC@1", ".4f"), ("mrr", "MRR", ".4f"),
+    ("mrr_ci_text", "MRR 95% CI", ""), ("mrr_delta_text", "ΔMRR vs base [95% paired CI]", ""),
+    ("gain_kept", "gain kept", ".0%"), *TAIL_COLUMNS,
+]
+
+
+def paired_row_fields(key: str, ranks: Any, base_ranks: Any, nonprivate_gain: float | None,
+                      seed: int) -> dict[str, Any]:
+    """A row's paired comparison with the base row: Δ and intervals, as numbers and as text,
+    and (private rows) the share of the non-private MRR gain kept."""
+    out: dict[str, Any] = {}
+    if key != "base":
+        out.update(paired_delta(ranks, base_ranks, seed=seed))
+        lo, hi = out["mrr_delta_ci"]
+        out["mrr_delta_text"] = f"{out['mrr_delta']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+    if nonprivate_gain is not None and key not in ("base", "nonprivate"):
+        out["gain_kept"] = out["mrr_delta"] / nonprivate_gain if nonprivate_gain > 0 else float("nan")
+    return out
+
+
 def run_demo(quick: bool = False, output: Path | None = None, progress: bool = True,
-             task: str = "relational") -> list[dict[str, Any]]:
-    """Run one demo: ``task`` is ``relational`` (this module's rows) or ``node`` (bundled Cora)."""
+             task: str = "relational", overrides: Sequence[str] = (),
+             setting: str = DEFAULT_SETTING) -> list[dict[str, Any]]:
+    """Run one demo: ``task`` is ``relational`` (this module's rows) or ``node`` (bundled Cora).
+
+    :param overrides: ``--set KEY=VALUE`` texts applied to every relational row.
+    :param setting: the relational demo's setting (:data:`SETTINGS`).
+    """
     if task == "node":
+        if overrides:
+            raise ConfigError("demo --set: applies to the relational demo only (--task relational)")
         from graphveil.apps.demo_node import run_node_demo
 
         return run_node_demo(quick=quick, output=output, progress=progress)
@@ -118,16 +253,33 @@ def run_demo(quick: bool = False, output: Path | None = None, progress: bool = T
     from graphveil.data import load_graph
 
     records = MemoryRecordsStore()  # the entity-level rows share one degree-capped Ē, drawn once
+    keys = [key for key, _, _ in ROWS]
+    ranks: dict[str, Any] = {}
+    gains: dict[str, float] = {}
 
-    def columns(result: dict[str, Any]) -> Columns:
-        return result_columns(result["session"])  # every row runs the same task
+    def paired(i: int, cfg: RunConfig, result: dict[str, Any]) -> dict[str, Any]:
+        key, task_ = keys[i], result["session"].task
+        ranks[key] = task_.relation_ranks
+        row = result["row"]
+        lo, hi = row["mrr_ci"]
+        fields = {"run": key, "sigma": row["noise_multiplier"], "mrr_ci_text": f"{lo:.4f}–{hi:.4f}",
+                  **paired_row_fields(key, ranks[key], ranks["base"], gains.get("nonprivate"),
+                                      cfg.data.split.seed)}
+        if "mrr_delta" in fields:
+            gains[key] = fields["mrr_delta"]
+        return fields
 
+    if setting not in SETTINGS:
+        raise ConfigError(f"demo --setting {setting!r}: choose one of {', '.join(SETTINGS)}")
+    name = "demo" if setting == DEFAULT_SETTING else f"demo-{setting}"
     return run_comparison(
-        f"GraphVeil demo (relational, ε target {TARGET_EPSILON:g})",
-        lambda root: demo_configs(quick, root, progress),
-        output=output, default_name="demo-quick" if quick else "demo",
-        load=lambda cfg: load_graph(cfg.data), columns=columns, records_store=records,
-        caption="zero-shot relation prediction on held-out CiteSeer entities")
+        f"GraphVeil demo (relational, {setting})",
+        lambda root: demo_configs(quick, root, progress, overrides=overrides, setting=setting),
+        output=output, default_name=f"{name}-quick" if quick else name,
+        load=lambda cfg: load_graph(cfg.data), columns=lambda _result: RELATIONAL_COLUMNS,
+        records_store=records, caption=SETTINGS[setting][3] + (" — with --set " + " ".join(overrides)
+                                                               if overrides else ""),
+        row_result=paired)
 
 
 # --------------------------------------------------------------- shared by every demo task
@@ -137,13 +289,17 @@ def run_comparison(title: str, build: Callable[[Path], Sequence[tuple[str, RunCo
                    output: Path | None, default_name: str, load: Callable[[RunConfig], Any],
                    columns: Callable[[dict[str, Any]], Columns], caption: str,
                    row_extra: Callable[[int, RunConfig], Mapping[str, Any]] | None = None,
-                   records_store: Any = None, notes: Sequence[str] = ()) -> list[dict[str, Any]]:
+                   records_store: Any = None, notes: Sequence[str] = (),
+                   row_result: Callable[[int, RunConfig, dict[str, Any]], Mapping[str, Any]] | None = None,
+                   ) -> list[dict[str, Any]]:
     """Run a demo's rows one after the other on one graph, then write its results and tables.
 
     :param build: the ``(label, config)`` rows, given the folder their run directories go in.
     :param load: loads the graph every row shares (from the first row's config).
     :param columns: the table's columns, given the last row's :func:`run_training` result.
     :param row_extra: fields added to row ``i``'s result (e.g. what was shortened).
+    :param row_result: fields added to row ``i``'s result, given its :func:`run_training` result
+        (e.g. the paired comparison with an earlier row).
     :param notes: lines printed under the table and written below ``table.md``.
     :raises FileExistsError: if ``output`` exists (nothing is run).
     """
@@ -161,7 +317,8 @@ def run_comparison(title: str, build: Callable[[Path], Sequence[tuple[str, RunCo
             print(f"\n== [{i + 1}/{len(configs)}] {label}  ({time.perf_counter() - started:.0f} s so far)",
                   flush=True)
             last = run_training(cfg, graph=graph, records_store=records_store)
-            row = {**last["row"], "name": label, **(row_extra(i, cfg) if row_extra else {})}
+            row = {**last["row"], "name": label, **(row_extra(i, cfg) if row_extra else {}),
+                   **(row_result(i, cfg, last) if row_result else {})}
             rows.append(row)
             out.log_metrics(row)
             print(last["table"].splitlines()[-1], flush=True)
