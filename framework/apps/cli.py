@@ -71,7 +71,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from graphveil.apps.demo import run_demo
 
     run_demo(quick=args.quick, output=Path(args.output) if args.output else None,
-             progress=not args.no_progress, task=args.task)
+             progress=not args.no_progress, task=args.task, overrides=args.set, setting=args.setting)
     return 0
 
 
@@ -87,8 +87,12 @@ def build_parser(host: PluginHost | None = None) -> argparse.ArgumentParser:
     :param host: the plugin host whose plugins add commands (default: :func:`default_host`).
     :raises PluginError: if a plugin adds a command whose name is taken, naming the plugins that add commands.
     """
+    from graphveil.apps.cli_audit import add_audit_parser
     from graphveil.apps.cli_budget import add_budget_parser
+    from graphveil.apps.cli_plugin import add_plugin_parser
     from graphveil.apps.cli_privacy import add_privacy_parser
+    from graphveil.apps.cli_report import add_report_parser
+    from graphveil.apps.cli_sweep import add_sweep_parser
 
     parser = argparse.ArgumentParser(prog="graphveil", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -104,11 +108,17 @@ def build_parser(host: PluginHost | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="compare private and non-private methods on data shipped in the package")
     p.add_argument("--task", choices=["relational", "node"], default="relational",
-                   help="relational (default): base / non-private / entity-DP / edge-DP on the bundled "
-                        "CiteSeer text graph; node: paper 4's GDP methods (MLP, GAP, DPDGC) on bundled Cora")
-    p.add_argument("--quick", action="store_true", help="a few steps per row (smoke test; relational: tiny encoder)")
+                   help="relational (default): base / non-private / entity-DP / edge-DP on a bundled "
+                        "graph (--setting); node: paper 4's GDP methods (MLP, GAP, DPDGC) on bundled Cora")
+    p.add_argument("--quick", action="store_true", help="a few steps per row on a small graph (smoke test)")
     p.add_argument("--output", help="folder for the demo's runs and results (default: runs/demo[-node]-<timestamp>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field in every relational row, as for run, e.g. "
+                        "--set data.source=edge_list --set data.path=edges.csv (repeatable)")
+    p.add_argument("--setting", default="cora-features", choices=["cora-features", "citeseer-minilm-lora"],
+                   help="relational demo: cora-features (default: a weight per word of bundled Cora's bag of "
+                        "words) or citeseer-minilm-lora (MiniLM + LoRA on bundled CiteSeer text)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("plugins", help="list every registered component with its plugin")
@@ -116,6 +126,10 @@ def build_parser(host: PluginHost | None = None) -> argparse.ArgumentParser:
 
     add_privacy_parser(sub).set_defaults(func=cmd_privacy)
     add_budget_parser(sub)
+    add_plugin_parser(sub)
+    add_audit_parser(sub)
+    add_sweep_parser(sub)
+    add_report_parser(sub)
 
     host = host or default_host()
     try:
