@@ -14,6 +14,7 @@ Calibration rows (``--calibrate``): ``accountant.calibrate`` alone, one call on 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 
@@ -79,14 +80,29 @@ def _calibration_cases() -> dict[str, tuple]:
     }
 
 
+def _pld_bisection(acc, *, target_epsilon: float, delta: float, num_steps: int) -> float:
+    """edge_pld's calibration before issue 10 item 5b, timed beside today's: a log-bisection of
+    min(ε_PLD, ε_RDP) on the accountant's own grid over [σ_RDP / 4, σ_RDP]."""
+    from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
+    from graphveil.privacy import bisect_sigma
+
+    sigma_rdp = EdgeRdpAccountant.calibrate(acc, target_epsilon=target_epsilon, delta=delta, num_steps=num_steps)
+    return bisect_sigma(lambda s: min(acc._epsilons({s: num_steps}, delta)), target_epsilon,
+                        sigma_range=(max(acc.SIGMA_RANGE[0], sigma_rdp / 4.0), sigma_rdp), rtol=acc.CALIBRATE_RTOL)
+
+
 def _calibrations() -> dict[str, dict]:
     """One call each, the first in the process for its accountant: dp-accounting's leaf curves are
-    cached per process (graphveil.privacy.rdp_accountant.dp_event_rdp), so a repeat would time the cache."""
+    cached per process (graphveil.privacy.rdp_accountant.dp_event_rdp), so a repeat would time the cache.
+    ``edge_pld (bisection)`` is edge_pld's previous calibration, for the before/after ratio."""
     out = {}
-    for name, (make, target, delta, steps) in _calibration_cases().items():
+    cases = _calibration_cases()
+    cases["edge_pld (bisection)"] = cases["edge_pld"]
+    for name, (make, target, delta, steps) in cases.items():
         acc = make()
+        calibrate = functools.partial(_pld_bisection, acc) if name == "edge_pld (bisection)" else acc.calibrate
         w0, c0 = time.perf_counter(), time.process_time()
-        sigma = acc.calibrate(target_epsilon=target, delta=delta, num_steps=steps)
+        sigma = calibrate(target_epsilon=target, delta=delta, num_steps=steps)
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         acc.step(noise_multiplier=sigma, num_steps=steps)
         out[name] = {"wall_s": wall, "cpu_s": cpu, "target": target, "delta": delta,

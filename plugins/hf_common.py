@@ -100,6 +100,18 @@ def loading(path: str) -> Iterator[None]:
         raise ConfigError(f"encoder.model: cannot load a Hugging Face model from {path} ({exc})") from exc
 
 
+def check_device(cls: type, value: str) -> str:
+    """Pydantic validator of a ``device`` option: ``'auto'``, ``'cpu'``, ``'cuda'`` or ``'cuda:N'``."""
+    if value != "auto":
+        try:
+            kind = torch.device(value).type
+        except RuntimeError as exc:
+            raise ValueError(f"not a torch device: {value!r}") from exc
+        if kind not in ("cpu", "cuda"):
+            raise ValueError(f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
+    return value
+
+
 def check_model_type(model_type: str, supported: Sequence[str], component: str, kind: str) -> None:
     if model_type not in supported:
         raise ConfigError(

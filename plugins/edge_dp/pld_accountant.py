@@ -16,7 +16,6 @@ inherited, so a site ledger — which adds up RDP curves — still counts this a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -24,7 +23,8 @@ from pydantic import Field
 
 from graphveil.errors import PrivacyError
 from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
-from graphveil.privacy import RdpParams, bisect_sigma, check_steps, rdp_to_epsilon, validate_delta
+from graphveil.plugins.edge_dp.sigma_search import log_secant_search
+from graphveil.privacy import RdpParams, check_steps, rdp_to_epsilon, validate_delta
 from graphveil.profiles import SamplingProfile, SensitivityProfile
 
 
@@ -41,6 +41,9 @@ class EdgePldAccountant(EdgeRdpAccountant):
     mechanism: ClassVar[str] = "edge_pld"
     #: running PLDs kept (the current history and the ones it grew from)
     PLD_CACHE: ClassVar[int] = 4
+    #: :meth:`calibrate` locates σ first on a loss grid this many times coarser, to this tolerance
+    COARSE_GRID: ClassVar[float] = 10.0
+    COARSE_RTOL: ClassVar[float] = 1e-2
 
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
@@ -56,18 +59,23 @@ class EdgePldAccountant(EdgeRdpAccountant):
         self._step_plds.clear()
 
     # ------------------------------------------------------------------ PLD
-    def _step_pld(self, sigma: float) -> Any:
-        """PLD of one step: the Poisson(γ)-subsampled Gaussian with σ, add or remove one edge."""
-        pld = self._step_plds.get(sigma)
+    def _step_pld(self, sigma: float, grid: float | None = None) -> Any:
+        """PLD of one step: the Poisson(γ)-subsampled Gaussian with σ, add or remove one edge.
+
+        On the loss grid ``grid`` (default, and the only one cached: the accountant's own).
+        """
+        exact = grid is None
+        pld = self._step_plds.get(sigma) if exact else None
         if pld is None:
             from dp_accounting import NeighboringRelation
             from dp_accounting.pld import privacy_loss_distribution
 
             pld = privacy_loss_distribution.from_gaussian_mechanism(
                 sigma, sensitivity=1.0, sampling_prob=self._rate, pessimistic_estimate=True,
-                value_discretization_interval=self.params.value_discretization_interval,
+                value_discretization_interval=self.params.value_discretization_interval if exact else grid,
                 neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE)  # sensitivity C, in units of C
-            self._step_plds[sigma] = pld
+            if exact:
+                self._step_plds[sigma] = pld
         return pld
 
     def _pld(self, history: Mapping[float, int]) -> Any:
@@ -90,6 +98,15 @@ class EdgePldAccountant(EdgeRdpAccountant):
             self._plds.pop(next(iter(self._plds)))
         self._plds[key] = base
         return base
+
+    def _compose(self, history: Mapping[float, int], grid: float) -> Any:
+        """PLD of ``history`` on the loss grid ``grid``, uncached (``None`` for no steps)."""
+        pld = None
+        for sigma, steps in history.items():
+            if steps:
+                part = self._step_pld(sigma, grid).self_compose(steps)
+                pld = part if pld is None else pld.compose(part)
+        return pld
 
     def _epsilons(self, history: Mapping[float, int], delta: float) -> tuple[float, float]:
         """(ε_PLD, ε_RDP) of ``history`` at δ."""
@@ -121,22 +138,49 @@ class EdgePldAccountant(EdgeRdpAccountant):
 
     def calibrate(self, *, target_epsilon: float, delta: float, num_steps: int,
                   releases: Callable[[float], Sequence[tuple[str, Any]]] | None = None) -> float:
-        """Smallest σ (conservative end of a log-bisection) with ``min(ε_PLD, ε_RDP)`` ≤ target.
+        """Smallest σ with ``min(ε_PLD, ε_RDP)`` ≤ target, to a factor 1 + ``CALIBRATE_RTOL``.
 
-        The RDP σ (fast) is the upper end of the search: the PLD bound can only lower it.
+        The RDP σ (fast) is the upper end of the search: the PLD bound can only lower it, and
+        below it only the PLD can meet the target. A secant search
+        (:func:`~graphveil.plugins.edge_dp.sigma_search.log_secant_search`) on a grid
+        ``COARSE_GRID`` times coarser (~4× cheaper) locates the root; the search on the
+        accountant's own grid starts there, so a few exact evaluations decide the answer: the σ
+        returned met the target on the exact grid (or is the RDP σ), and σ / (1 + rtol) missed it.
         """
         if releases is not None:
             self.compose_event(None, "planned releases")
         sigma_rdp = super().calibrate(target_epsilon=target_epsilon, delta=delta, num_steps=num_steps)
         delta, steps = validate_delta(delta), check_steps(num_steps, minimum=1)
-        target = float(target_epsilon)
+        target, rtol = float(target_epsilon), self.CALIBRATE_RTOL
 
-        def epsilon_at(sigma: float) -> float:
+        def with_steps(sigma: float) -> dict[float, int]:
             history = dict(self._history)
             history[sigma] = history.get(sigma, 0) + steps
-            return min(self._epsilons(history, delta))
+            return history
 
+        # the RDP σ meets the target by RDP for these steps alone; after earlier steps, check it
+        reached = min(self._epsilons(with_steps(sigma_rdp), delta)) if self._history else target
+        if reached > target:
+            raise PrivacyError(f"target ε={target:g} is infeasible after the {len(self)} steps taken: even "
+                               f"σ={sigma_rdp:g} gives ε={reached:.4g}")
         low = max(self.SIGMA_RANGE[0], sigma_rdp / 4.0)
-        if math.isclose(low, sigma_rdp):
+        if sigma_rdp <= low * (1.0 + rtol):
             return sigma_rdp
-        return bisect_sigma(epsilon_at, target, sigma_range=(low, sigma_rdp), rtol=self.CALIBRATE_RTOL)
+        guess = slope = None
+        grid = min(self.COARSE_GRID * self.params.value_discretization_interval, 0.1)
+        if grid > self.params.value_discretization_interval:
+            taken = self._compose(self._history, grid)
+
+            def coarse_epsilon(sigma: float) -> float:
+                pld = self._step_pld(sigma, grid).self_compose(steps)
+                return float((pld if taken is None else taken.compose(pld)).get_epsilon_for_delta(delta))
+
+            guess, slope = log_secant_search(coarse_epsilon, target, lower=low, upper=sigma_rdp,
+                                             rtol=self.COARSE_RTOL)
+
+        def exact_epsilon(sigma: float) -> float:
+            return float(self._pld(with_steps(sigma)).get_epsilon_for_delta(delta))
+
+        sigma, _ = log_secant_search(exact_epsilon, target, lower=low, upper=sigma_rdp, rtol=rtol,
+                                     guess=guess, slope=slope)
+        return sigma

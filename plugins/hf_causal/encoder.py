@@ -55,6 +55,7 @@ from graphveil.plugins.hf_common import (
     CachedLoraEncoder,
     LoraParams,
     add_lora,
+    check_device,
     check_lora_layers,
     check_model_type,
     loading,
@@ -108,17 +109,7 @@ class HfCausalParams(LoraParams):
     )
     device: str = Field("auto", description="'auto' (CUDA when available, else CPU), 'cpu', 'cuda' or 'cuda:N'.")
 
-    @field_validator("device")
-    @classmethod
-    def _known_device(cls, value: str) -> str:
-        if value != "auto":
-            try:
-                kind = torch.device(value).type
-            except RuntimeError as exc:
-                raise ValueError(f"not a torch device: {value!r}") from exc
-            if kind not in ("cpu", "cuda"):
-                raise ValueError(f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
-        return value
+    _known_device = field_validator("device")(check_device)
 
 
 class _CausalTop(nn.Module):

@@ -51,6 +51,7 @@ from torch import nn
 
 from graphveil.components import Encoder
 from graphveil.errors import ConfigError, DataError
+from graphveil.plugins.hf_common import check_device
 
 if TYPE_CHECKING:
     from graphveil.data.graph import RelationalGraph
@@ -85,17 +86,7 @@ class FrozenHeadParams(BaseModel):
         "float32", description="dtype of the frozen text model while embedding; cache and head are float32.")
     device: str = Field("auto", description="'auto' (CUDA when available, else CPU), 'cpu', 'cuda' or 'cuda:N'.")
 
-    @field_validator("device")
-    @classmethod
-    def _known_device(cls, value: str) -> str:
-        if value != "auto":
-            try:
-                kind = torch.device(value).type
-            except RuntimeError as exc:
-                raise ValueError(f"not a torch device: {value!r}") from exc
-            if kind not in ("cpu", "cuda"):
-                raise ValueError(f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
-        return value
+    _known_device = field_validator("device")(check_device)
 
 
 class FrozenHeadEncoder(Encoder):
