@@ -7,7 +7,10 @@ Run from a source checkout (it starts SuperLink/SuperNodes through ``deploy/scri
 Each site holds a third of the bundled CiteSeer text graph. Three measurements of one round:
 
 * ``federated``   wall time of a server round (send the adapter, every site runs its round in a
-                  fresh ClientApp process, replies, aggregation), from the server's round log;
+                  ClientApp process of its own, replies, aggregation), from the server's round
+                  log; measured with the guard's spare ClientApp process (imported before the
+                  task arrives) and, in the same run, without it (``GRAPHVEIL_CLIENTAPP_SPARE=0``:
+                  the process starts when the task arrives); ``--spare on|off`` runs one only;
 * ``local-fresh`` the same site work without Flower: three fresh Python processes, started
                   together, each doing what a ClientApp does (import, load and prepare the
                   site's graph, the local DP steps, held-out evaluation) — wall time, best of
@@ -79,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny-bert", help="encoder model: tiny-bert or minilm")
     parser.add_argument("--batch-size", type=int, default=32, help="sampler batch size")
     parser.add_argument("--out", help="folder for the federation's files and the JSON result")
+    parser.add_argument("--spare", choices=("both", "on", "off"), default="both",
+                        help="federate with the guard's spare ClientApp process, without it, or both (default)")
     parser.add_argument("--local-round", nargs=3, metavar=("NODE_CONFIG", "RUN_CONFIG_JSON", "STEPS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -88,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from graphveil.connectors.flower.guard import SPARE_ENV
     from graphveil.connectors.flower.loopback import LoopbackFederation, write_node_config
     from graphveil.connectors.flower.partition import write_partition
     from graphveil.data import load_bundled_citeseer
@@ -143,25 +149,37 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     local_rounds(2)
 
-    with LoopbackFederation(root / "federation") as loop:
-        loop.env["OMP_NUM_THREADS"] = "1"
-        loop.make_credentials(sites)
-        loop.start_server()
-        loop.register(sites)
-        for name in sites:
-            loop.start_site(name, configs[name])
-        loop.wait_online(len(sites))
-        run_dir, total, _ = loop.run(overrides)
+    def federate(spare: bool) -> tuple[list[float], float]:
+        """Per-round seconds and the whole run's, spare ClientApp process on or off."""
+        with LoopbackFederation(root / f"federation-spare-{'on' if spare else 'off'}") as loop:
+            loop.env["OMP_NUM_THREADS"] = "1"
+            loop.env[SPARE_ENV] = "1" if spare else "0"
+            loop.make_credentials(sites)
+            loop.start_server()
+            loop.register(sites)
+            for name in sites:
+                loop.start_site(name, configs[name])
+            loop.wait_online(len(sites))
+            time.sleep(20 if spare else 0)  # let the spares import, as between runs at a real site
+            run_dir, total, _ = loop.run({**overrides, "output-dir": str(root / f"server-out-{int(spare)}")})
+        rounds = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
+        return [r["seconds"] for r in rounds], total
+
+    modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.spare]
+    federations = {("spare" if m else "no_spare"): federate(m) for m in modes}
     local_rounds(2)
     local_fresh = min(fresh)
     load_after = os.getloadavg()[0]
-    rounds = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
-    per_round = [r["seconds"] for r in rounds]
+    per_round, total = federations["spare" if modes[0] else "no_spare"]
     federated = statistics.median(per_round)
     result = {
         "sites": len(sites), "rounds": args.rounds, "local_steps": args.local_steps, "model": args.model,
+        "spare": modes[0],
         "federated_round_seconds": per_round, "federated_round_median": federated,
         "federation_run_seconds": total,
+        **{f"{k}_round_seconds": v[0] for k, v in federations.items()},
+        **{f"{k}_round_median": statistics.median(v[0]) for k, v in federations.items()},
+        **{f"{k}_run_seconds": v[1] for k, v in federations.items()},
         "local_fresh_round_seconds": local_fresh, "local_fresh_all_tries": fresh,
         "train_only_seconds_all_sites": train_only,
         "overhead_share_vs_local_fresh": 1 - local_fresh / federated,
@@ -171,12 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     (root / "federation_overhead.json").write_text(json.dumps(result, indent=2))
     print(f"three-site loopback federation, {args.model}, {args.local_steps} local steps per round "
           f"({args.rounds} rounds; TLS + SuperNode auth on; 2-core machine shared by all processes)")
-    print(f"  federated round (median)        {federated:7.2f} s   rounds: {', '.join(f'{s:.2f}' for s in per_round)}")
+    for key, (secs, run_total) in federations.items():
+        label = "with spare ClientApp" if key == "spare" else "no spare (fresh)"
+        print(f"  federated round, {label:20s} {statistics.median(secs):7.2f} s median   rounds: "
+              f"{', '.join(f'{s:.2f}' for s in secs)}   whole run {run_total:.2f} s")
     print(f"  local round, 3 fresh processes  {local_fresh:7.2f} s   (import + prepare + steps + eval, no Flower)")
     print(f"  local DP steps only, 3 sites    {train_only:7.2f} s   (warm process, summed)")
     print(f"  overhead share vs local round   {result['overhead_share_vs_local_fresh']:7.1%}")
     print(f"  overhead share vs steps only    {result['overhead_share_vs_train_only']:7.1%}")
-    print(f"  whole run (flwr run → finished) {total:7.2f} s")
     print(f"  1-min load average before/after {load_before:.1f} / {load_after:.1f} (2 cores)")
     print(f"results: {root / 'federation_overhead.json'}")
     return 0

@@ -10,7 +10,15 @@ pins the app itself, at the SuperNode boundary, with code installed at the site:
   longer launches ClientApp processes itself.
 * :func:`run_executor` (started by ``graphveil fed site`` next to the SuperNode; it stops when the
   SuperNode stops) takes the SuperNode's ClientApp tasks from its local Runtime API, as Flower's
-  SuperExec does, and starts one guarded ClientApp process per task (:func:`run_guarded_clientapp`).
+  SuperExec does, and runs each task in a guarded ClientApp process of its own
+  (:func:`run_guarded_clientapp`). To keep ~8 s of imports out of every round, one such process
+  is started ahead of time as a *spare*: it imports the site's installed packages (torch,
+  transformers, GraphVeil, Flower; :data:`PREIMPORT`), then waits for a task token on its stdin.
+  A task goes to the spare only once the spare reports its imports done (else to a fresh
+  process, as without a spare: a slow start must not outlast the task token's heartbeat), and a
+  new spare is started; each task still gets a process of its own, with the same environment
+  and the same checks below. A spare exits when its stdin closes
+  or its executor dies (:func:`wait_for_token`). ``GRAPHVEIL_CLIENTAPP_SPARE=0`` turns it off.
 * The guarded process pulls the task input (FAB bytes, run, context, message) exactly like
   ``flwr-clientapp``, computes SHA-256 over the FAB bytes itself (never trusting the hash the
   SuperLink announced) and compares it with the site's approved list. An unapproved FAB is never
@@ -43,6 +51,12 @@ BUNDLED = "bundled"
 #: Environment variable carrying the task token to the guarded ClientApp (not on its argv).
 TOKEN_ENV = "GV_CLIENTAPP_TOKEN"
 REFUSAL = "app not approved by this site"
+#: Set to 0 in the SuperNode's environment to start every ClientApp process only when its task
+#: arrives (no spare process imported ahead of time).
+SPARE_ENV = "GRAPHVEIL_CLIENTAPP_SPARE"
+#: What a spare imports before it has a task: installed site code only, never the FAB's.
+PREIMPORT = ("torch", "transformers", "peft", "flwr.supernode.runtime.run_clientapp",
+             "graphveil.session", "graphveil.connectors.flower.site")
 
 
 class AppNotApproved(Exception):
@@ -152,14 +166,144 @@ def run_guarded_clientapp(runtime_api_address: str, token: str, approved: Iterab
 
 
 # --------------------------------------------------------------------------------------------
+# the spare: a ClientApp process whose imports are done before its task arrives
+# --------------------------------------------------------------------------------------------
+
+
+def preimport() -> None:
+    """Import :data:`PREIMPORT` and the built-in GraphVeil plugin modules (import only: nothing
+    is registered, configured or read that a task would otherwise set up)."""
+    import importlib
+    import importlib.util
+    from importlib.metadata import entry_points
+
+    from graphveil.host import BUILTIN_PREFIXES, ENTRY_POINT_GROUP
+
+    for name in PREIMPORT:
+        if importlib.util.find_spec(name.split(".")[0]) is not None:
+            importlib.import_module(name)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.value.startswith(BUILTIN_PREFIXES):
+            importlib.import_module(ep.module)
+
+
+def wait_for_token(stream=None, ready_fd: int | None = None) -> str:  # noqa: ANN001 - text stream
+    """The spare's life before its task: import, tell the executor on ``ready_fd``, then read one
+    token line from ``stream`` (stdin by default).
+
+    Returns ``""`` when the executor closed the pipe (it stopped) or died while this process was
+    still importing (its parent changed); the caller then exits without touching the Runtime API.
+    """
+    import threading
+
+    stream = stream if stream is not None else sys.stdin
+    executor, handed_off = os.getppid(), threading.Event()
+
+    def orphan_watch() -> None:  # stdin EOF is only seen after the imports: watch the parent too
+        while not handed_off.wait(0.2):
+            if os.getppid() != executor:
+                os._exit(0)
+
+    threading.Thread(target=orphan_watch, daemon=True).start()
+    started = time.monotonic()
+    preimport()
+    ready = time.monotonic()
+    _log(INFO, "spare ClientApp process %d: imports done in %.1f s, waiting for a task", os.getpid(),
+         ready - started)
+    if ready_fd is not None:
+        try:
+            os.write(ready_fd, b"1")
+            os.close(ready_fd)
+        except OSError:  # the executor is gone: so is this process's reason to exist
+            return ""
+    token = stream.readline().strip()
+    handed_off.set()
+    if token:
+        _log(INFO, "spare ClientApp process %d: task received %.1f s after its imports were done",
+             os.getpid(), time.monotonic() - ready)
+    return token
+
+
+# --------------------------------------------------------------------------------------------
 # the executor next to the SuperNode (instead of Flower's SuperExec)
 # --------------------------------------------------------------------------------------------
 
 
-def clientapp_argv(runtime_api_address: str, node_config: str, parent_pid: int) -> list[str]:
+def clientapp_argv(runtime_api_address: str, node_config: str, parent_pid: int,
+                   spare: bool = False) -> list[str]:
     return [sys.executable, "-m", "graphveil.connectors.flower.guard", "clientapp",
             "--runtime-api-address", runtime_api_address, "--node-config", node_config,
-            "--parent-pid", str(parent_pid)]
+            "--parent-pid", str(parent_pid), *(["--spare"] if spare else [])]
+
+
+def spare_enabled() -> bool:
+    return os.environ.get(SPARE_ENV, "1").strip() not in ("0", "false", "no", "off")
+
+
+class Spare(subprocess.Popen):
+    """A spare ClientApp process and the read end of the pipe it reports readiness on."""
+
+    ready_fd: int
+    is_ready: bool = False
+
+    def ready(self) -> bool:
+        """True once the spare wrote its byte (its imports are done); never blocks."""
+        import select
+
+        if not self.is_ready and self.ready_fd >= 0 and select.select([self.ready_fd], [], [], 0)[0]:
+            self.is_ready = os.read(self.ready_fd, 1) == b"1"
+        return self.is_ready
+
+
+def start_spare(runtime_api_address: str, node_config: str) -> Spare:
+    """A guarded ClientApp process that imports now and takes its token on stdin later. Its
+    environment is this process's, as a per-task process gets it (minus the token variable)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        spare = Spare([*clientapp_argv(runtime_api_address, node_config, os.getpid(), spare=True),
+                       "--ready-fd", str(write_fd)],
+                      stdin=subprocess.PIPE, text=True, env=dict(os.environ), pass_fds=(write_fd,))
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    spare.ready_fd = read_fd
+    _log(INFO, "spare ClientApp process %d started", spare.pid)
+    return spare
+
+
+def hand_off(spare: Spare, token: str) -> bool:
+    """Give ``token`` to ``spare`` if its imports are done; False if not ready or gone (the task
+    then gets a fresh process and ``spare`` waits for the next one)."""
+    if spare.poll() is not None or not spare.ready():
+        return False
+    _close_ready_fd(spare)
+    try:
+        spare.stdin.write(token + "\n")
+        spare.stdin.close()
+    except (BrokenPipeError, OSError):
+        return False
+    return True
+
+
+def _close_ready_fd(spare: Spare) -> None:
+    if spare.ready_fd >= 0:
+        os.close(spare.ready_fd)
+        spare.ready_fd = -1
+
+
+def stop_spare(spare: Spare | None) -> None:
+    if spare is None:
+        return
+    _close_ready_fd(spare)
+    if spare.poll() is not None:
+        return
+    spare.stdin.close()  # the spare exits on EOF; terminate it if it is still importing
+    try:
+        spare.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        spare.terminate()
 
 
 def run_executor(runtime_api_address: str, node_config: str, parent_pid: int | None = None,
@@ -182,16 +326,30 @@ def run_executor(runtime_api_address: str, node_config: str, parent_pid: int | N
         interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperExec")],
         retry_invoker=make_simple_http_retry_invoker())
     children: list[subprocess.Popen] = []
+    use_spare = spare_enabled()
+    spare = start_spare(runtime_api_address, node_config) if use_spare else None
     try:
         while True:
             res = client.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
             if res.HasField("task") and res.token:
-                env = {**os.environ, TOKEN_ENV: res.token}
-                children.append(subprocess.Popen(
-                    clientapp_argv(runtime_api_address, node_config, os.getpid()), env=env))
+                if spare is not None and hand_off(spare, res.token):
+                    _log(INFO, "task handed to spare ClientApp process %d", spare.pid)
+                    children.append(spare)
+                    spare = start_spare(runtime_api_address, node_config)
+                else:
+                    env = {**os.environ, TOKEN_ENV: res.token}
+                    children.append(subprocess.Popen(
+                        clientapp_argv(runtime_api_address, node_config, os.getpid()), env=env))
+                    if spare is not None:
+                        _log(INFO, "task given a fresh ClientApp process %d (spare %d still importing)",
+                             children[-1].pid, spare.pid)
+                    if spare is not None and spare.poll() is not None:  # died: replace it
+                        stop_spare(spare)
+                        spare = start_spare(runtime_api_address, node_config)
             children = [c for c in children if c.poll() is None]  # reap finished ones
             time.sleep(poll)
     finally:
+        stop_spare(spare)
         client.close()
 
 
@@ -208,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--runtime-api-address", required=True)
         p.add_argument("--node-config", required=True)
         p.add_argument("--parent-pid", type=int)
+        if name == "clientapp":
+            p.add_argument("--spare", action="store_true",
+                           help="import first, then read the task token from stdin (started by the executor)")
+            p.add_argument("--ready-fd", type=int, help="with --spare: write one byte here when imported")
     args = parser.parse_args(argv)
     if args.command == "check":  # graphveil fed site: refuse a bad approved-apps before Flower starts
         try:
@@ -221,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
         run_executor(args.runtime_api_address, args.node_config, args.parent_pid)
         return 0
     token = os.environ.pop(TOKEN_ENV, "")
+    if args.spare:
+        token = wait_for_token(ready_fd=args.ready_fd)
+        if not token:  # the executor stopped before it had a task for this process
+            return 0
     if not token:
         print(f"{TOKEN_ENV} is not set", file=sys.stderr)
         return 2
