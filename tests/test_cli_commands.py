@@ -35,9 +35,7 @@ class _TakesRun:
 
 def test_fed_comes_from_the_flower_connector_through_the_hook() -> None:
     host = PluginHost(autoload=False)
-    core = {"run", "demo", "plugins", "privacy", "budget"}
-    core |= {"sweep", "report"}
-    core |= {"plugin"}
+    core = {"run", "demo", "plugins", "privacy", "budget", "sweep", "report", "plugin", "audit"}
     assert _commands(build_parser(host)) == core
     host.register("graphveil.connectors.flower.plugin", "flower")
     assert _commands(build_parser(host)) == core | {"fed"}
