@@ -113,6 +113,38 @@ def test_a_few_orders_equal_the_full_curve_there(name: str) -> None:
     np.testing.assert_array_equal(acc._per_step_rdp_at(1.3, index), acc.rdp_curve(1.3)[index])  # cached curve
 
 
+@pytest.mark.parametrize("name", sorted(ACCOUNTANTS))
+def test_per_step_rdp_on_given_orders_equals_the_full_grid_there(name: str) -> None:
+    acc = ACCOUNTANTS[name]()
+    index = np.array([120, 0, 99, 37, ORDERS.size - 1, 10])  # unsorted: values follow the orders
+    full = acc.per_step_rdp(1.3)
+    assert full.shape == ORDERS.shape
+    np.testing.assert_allclose(acc.per_step_rdp(1.3, orders=ORDERS[index]), full[index], rtol=1e-12)
+    np.testing.assert_allclose(acc.per_step_rdp(1.3, orders=list(ORDERS[[98]])), full[[98]], rtol=1e-12)
+    assert np.array_equal(acc.orders, ORDERS)
+    for bad in ([], [1.0], [2.0, np.inf]):
+        with pytest.raises(PrivacyError, match="RDP orders"):
+            acc.per_step_rdp(1.3, orders=bad)
+
+
+class _LegacyEdge(EdgeRdpAccountant):
+    """A plugin accountant written before ``per_step_rdp`` took ``orders``."""
+
+    def per_step_rdp(self, noise_multiplier: float) -> np.ndarray:  # type: ignore[override]
+        return super().per_step_rdp(noise_multiplier)
+
+
+def test_a_plugin_without_orders_still_calibrates_to_the_same_sigma() -> None:
+    legacy, current = _LegacyEdge(), _edge()
+    legacy.bind(SamplingProfile(SamplingKind.POISSON_DECOUPLED, 2e-3, 50_000),
+                SensitivityProfile(SensitivityKind.PER_TUPLE_EDGE, PrivacyUnit.EDGE, 1.0))
+    index = np.array([5, 60, 3])
+    np.testing.assert_array_equal(legacy._per_step_rdp_at(1.1, index), current.rdp_curve(1.1)[index])
+    np.testing.assert_array_equal(legacy.orders, ORDERS)
+    kwargs = dict(target_epsilon=2.0, delta=1e-5, num_steps=2_000)
+    assert legacy.calibrate(**kwargs) == current.calibrate(**kwargs)
+
+
 def test_the_window_evaluates_few_orders() -> None:
     acc = _coupled(SensitivityKind.FREQ_CLIP_NODE)
     window = OrderWindow(acc.orders, acc._per_step_rdp_at, 500, 1e-5)

@@ -4,9 +4,9 @@ Mirrors opacus' small accountants (``accountants/rdp.py``): the state is a histo
 (σ, steps) pairs; RDP composes additively over steps (Mironov 2017, Prop. 1), so the total
 curve is Σ steps·ρ_σ(α) and ε comes from Thm D.1 (:mod:`graphveil.privacy.conversion`).
 A subclass supplies only the analysis — :meth:`RdpAccountantBase.per_step_rdp`, a pure
-function of σ over ``self.orders`` once :meth:`bind` has fixed the profile numbers — and
-:meth:`RdpAccountantBase._profile_state`, which is recorded in the state dict so a state is
-never loaded into an accountant analysing different numbers.
+function of σ (over ``self.orders`` or the orders asked for) once :meth:`bind` has fixed the
+profile numbers — and :meth:`RdpAccountantBase._profile_state`, which is recorded in the state
+dict so a state is never loaded into an accountant analysing different numbers.
 
 Unlike opacus, ``len(accountant)`` is the number of steps, not of history segments.
 """
@@ -14,6 +14,7 @@ Unlike opacus, ``len(accountant)`` is the number of steps, not of history segmen
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -150,8 +151,22 @@ class RdpAccountantBase(Accountant):
 
     # ------------------------------------------------------------------ for subclasses
     @abstractmethod
-    def per_step_rdp(self, noise_multiplier: float) -> np.ndarray:
-        """RDP ε(α) of one step at noise multiplier σ, for every α in ``self.orders``."""
+    def per_step_rdp(self, noise_multiplier: float, orders: Sequence[float] | None = None) -> np.ndarray:
+        """RDP ε(α) of one step at noise multiplier σ, for every α in ``orders`` (default:
+        ``self.orders``); each order's value must not depend on the other orders asked for."""
+
+    def _step_orders(self, orders: Sequence[float] | None) -> np.ndarray:
+        """The orders a :meth:`per_step_rdp` call evaluates: ``self.orders`` if ``orders`` is
+        None, else ``orders`` as given (a float array, same order).
+
+        :raises PrivacyError: unless each is a finite α > 1.
+        """
+        if orders is None:
+            return self.orders
+        arr = np.asarray(orders, dtype=float)
+        if arr.ndim != 1 or arr.size == 0 or not (np.isfinite(arr) & (arr > 1.0)).all():
+            raise PrivacyError(f"RDP orders must be a non-empty list of finite numbers > 1, got {orders!r}")
+        return arr
 
     def _set_profile(self, profile: Mapping[str, Any]) -> None:
         """Record the bound profile numbers (JSON-able) and drop cached curves."""
@@ -359,20 +374,18 @@ class RdpAccountantBase(Accountant):
     def _per_step_rdp_at(self, noise_multiplier: float, index: np.ndarray) -> np.ndarray:
         """Per-step RDP at σ on the orders ``self.orders[index]`` only.
 
-        From the cached full curve if there is one; else :meth:`per_step_rdp` is called with
-        ``self.orders`` narrowed to those orders for the call (every accountant computes each
-        order on its own, so the values equal the full curve's there: tests check it).
+        From the cached full curve if there is one; else :meth:`per_step_rdp` on those orders
+        (every accountant computes each order on its own, so the values equal the full curve's
+        there: tests check it).
         """
         sigma = check_noise_multiplier(noise_multiplier)
         cached = self._cache.get(sigma)
         if cached is not None:
             return cached[index]
-        grid = self.orders
-        self.orders = grid[index]
-        try:
-            curve = np.asarray(self.per_step_rdp(sigma), dtype=float)
-        finally:
-            self.orders = grid
+        if not _takes_orders(type(self).per_step_rdp):
+            # a plugin written before ``orders`` existed: its full curve, read at those orders
+            return self.rdp_curve(sigma)[index]
+        curve = np.asarray(self.per_step_rdp(sigma, orders=self.orders[index]), dtype=float)
         if curve.shape != (len(index),) or np.isnan(curve).any():
             raise PrivacyError(f"accountant {self.mechanism!r} produced an invalid RDP curve at σ={sigma}")
         return curve
@@ -429,6 +442,13 @@ class RdpAccountantBase(Accountant):
 
 class _Unsupported(Exception):
     """A leaf event dp-accounting's RDP accountant cannot analyse (its type name in args[0])."""
+
+
+@functools.lru_cache(maxsize=64)
+def _takes_orders(per_step_rdp: Callable[..., Any]) -> bool:
+    """Whether an accountant's ``per_step_rdp`` accepts ``orders`` (plugins may predate it)."""
+    params = inspect.signature(per_step_rdp).parameters
+    return "orders" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def dp_event_rdp(event: Any, orders: Any, relation: Any) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -73,10 +74,10 @@ class SplitRdpAccountant(RdpAccountantBase):
         self._set_profile({"sampling": sampling.kind.value, "sensitivity": sensitivity.kind.value,
                            "num_splits": s, "batch_size": b})
 
-    def per_step_rdp(self, noise_multiplier: float) -> np.ndarray:
+    def per_step_rdp(self, noise_multiplier: float, orders: Sequence[float] | None = None) -> np.ndarray:
         import dp_accounting
 
         if self._s is None or self._b is None:
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
-        return dp_event_rdp(split_step_event(self._s, self._b, noise_multiplier), self.orders,
+        return dp_event_rdp(split_step_event(self._s, self._b, noise_multiplier), self._step_orders(orders),
                             dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_ONE)

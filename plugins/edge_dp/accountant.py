@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -59,12 +60,12 @@ class EdgeRdpAccountant(RdpAccountantBase):
         self._rate = rate
         self._set_profile({"sampling": sampling.kind.value, "sensitivity": sensitivity.kind.value, "gamma": rate})
 
-    def per_step_rdp(self, noise_multiplier: float) -> np.ndarray:
+    def per_step_rdp(self, noise_multiplier: float, orders: Sequence[float] | None = None) -> np.ndarray:
         import dp_accounting  # here, not at import: it costs seconds of CLI start-up
 
         if self._rate is None:
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
-        accountant = dp_accounting.rdp.RdpAccountant(orders=[float(a) for a in self.orders])
+        accountant = dp_accounting.rdp.RdpAccountant(orders=[float(a) for a in self._step_orders(orders)])
         event = dp_accounting.PoissonSampledDpEvent(self._rate, dp_accounting.GaussianDpEvent(noise_multiplier))
         # dp-accounting logs one warning per fractional order whose series does not converge
         # and sets it to inf (excluded from ε: conservative). Say it once, not per order and σ.

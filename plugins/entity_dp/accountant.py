@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -85,11 +86,11 @@ class CoupledRdpAccountant(RdpAccountantBase):
             "theorem": theorem, **self._numbers,
         })
 
-    def per_step_rdp(self, noise_multiplier: float) -> np.ndarray:
+    def per_step_rdp(self, noise_multiplier: float, orders: Sequence[float] | None = None) -> np.ndarray:
         if self._numbers is None or self._analysis is None:
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
         _, analysis = _THEOREMS[self._analysis]
-        return analysis(self.orders, sigma=noise_multiplier, **self._numbers)
+        return analysis(self._step_orders(orders), sigma=noise_multiplier, **self._numbers)
 
 
 class CoupledRdpFreqAccountant(CoupledRdpAccountant):

@@ -41,7 +41,8 @@ its relative precision.
    allowance. All orders are integrated together (:func:`log_psi_excess_quad_many`): the
    points are a lattice t = k·h per ℓ shared by the orders whose bands lie close, so P/Q is
    evaluated once for all of them, and the halved steps are nested, so each refinement
-   evaluates only the new midpoints.
+   evaluates only the new midpoints. Each refinement forms the sums of all unfinished pairs
+   together, in blocks of pairs with rows of similar length (no loop over segments).
 3. *The expectation over ℓ, conservatively.* The exact window [lo, hi] leaves binomial mass
    ≤ e^{−80} on each side (Chernoff bound, log P ≤ −m·KL(b/m ‖ γ)). A_α is convex in ρ (Ψ is
    jointly convex and P_ℓ is affine in ρ_ℓ), hence convex in ℓ up to n/k_neg and constant
@@ -55,10 +56,9 @@ its relative precision.
 Checked against opacus and dp-accounting (K = 1, k_neg = 0), opacus per ℓ at the paper's
 numbers, mpmath quadrature and a full sum over ℓ (tests/test_accountant_coupled.py).
 
-Speed (bench/accountant_speed.py, paper setting n = 1e6, m = 5e6, K = 5, k_neg = 4, γ = 1e-5,
-σ = 0.5, all 159 default orders, one core): 2.5–3.2× (Thm 3) and 3.6–3.8× (Thm C.1) less CPU
-than one quadrature per order and per ℓ (same process), i.e. ≈ 0.07–0.08 s and ≈ 0.85 s from
-the earlier 0.21 s and 3.1 s; the paper's own code needs ~7 s and over an hour.
+Speed: bench/accountant_speed.py times both bounds on the paper's setting (n = 1e6, m = 5e6,
+K = 5, k_neg = 4, γ = 1e-5, σ = 0.5, all 159 default orders); the README gives the numbers and
+the machine load they were measured under. The paper's own code needs ~7 s and over an hour.
 
 >>> import numpy as np
 >>> eps = thm3_rdp([2.0, 2.5, 8.0], sigma=1.0, gamma=0.01, m=10_000, n=10_000, K=1, k_neg=0)
@@ -74,6 +74,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import brentq
@@ -94,6 +95,8 @@ DEFAULT_MAX_NODES = 256
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _MAX_REFINE = 12
 _CHUNK_ELEMENTS = 3_000_000
+#: pairs are handled in blocks of about this many (pair × point) values: a block's arrays stay in cache.
+_BLOCK_ELEMENTS = 1 << 17
 #: first quadrature step in t = x/σ for P‖Q, and the floor of σ/(mean span) used for Q‖P; the step is
 #: then halved per row until the h and 2h sums agree. Tuned on the paper's setting for σ ∈ [0.1, 8].
 _FIRST_STEP = 0.3
@@ -114,18 +117,34 @@ def _lse(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.squeeze(out, axis=axis)
 
 
-def _log_sums(beta: np.ndarray, log_r: np.ndarray, log_phi: np.ndarray, *, even: bool
-              ) -> tuple[np.ndarray, np.ndarray | None]:
-    """log Σ_t φ(t)·(P/Q)(t)^β per row of ``beta`` (and over the even-indexed t only, if ``even``)."""
-    x = beta * log_r
-    x += log_phi
+def _blocks(widths: np.ndarray, elements: int = _BLOCK_ELEMENTS) -> list[np.ndarray]:
+    """Indices of items (pairs, each needing ``widths`` points) in blocks of similar width holding
+    about ``elements`` values each: little padding, and a block's arrays stay in cache."""
+    order = np.argsort(widths, kind="stable")
+    cut = np.cumsum(widths[order]) // elements
+    return np.split(order, np.flatnonzero(np.diff(cut)) + 1) if order.size else []
+
+
+def _log_sums(beta: np.ndarray, points: _Points, rows: np.ndarray, width: int, step: float, *,
+              even: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """log(step·Σ_t φ(t)·(P/Q)(t)^β) per pair (row of ``beta``) over the points of its row ``rows``
+    of ``points`` (the first ``width``, all of them; and log(2·step·Σ) over the even-indexed t
+    only, if ``even``)."""
+    x = points.log_r[rows, :width]
+    x *= beta
+    x += points.log_phi[rows, :width]
     peak = x.max(axis=1, keepdims=True)
     peak[~np.isfinite(peak)] = 0.0
     x -= peak
     np.exp(x, out=x)
     with np.errstate(divide="ignore"):
         full = np.log(x.sum(axis=1)) + peak[:, 0]
-        return full, (np.log(x[:, ::2].sum(axis=1)) + peak[:, 0]) if even else None
+        full += math.log(step)
+        if not even:
+            return full, None
+        half = np.log(x[:, ::2].sum(axis=1)) + peak[:, 0]
+        half += math.log(2 * step)
+        return full, half
 
 
 def _log_expm1(y: np.ndarray) -> np.ndarray:
@@ -287,30 +306,36 @@ def _ratio_minus_one(t: np.ndarray, log_w: np.ndarray, sigma: float) -> np.ndarr
     return out
 
 
-def _envelope(beta: float, log_w: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:
-    """Interval of t outside which the integrand φ(t)(P/Q)^β is below e^{−BAND}·Ψ (and φ too)."""
+def _envelope(betas: np.ndarray, log_w: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per β and row, ``(len(betas), rows)``: the interval of t outside which the integrand
+    φ(t)(P/Q)^β is below e^{−BAND}·Ψ (and φ too)."""
     rows, width = log_w.shape
     mus = np.arange(width, dtype=float)
     present = np.isfinite(log_w)
-    if beta >= 1:  # (Σ v_μ)^β ≤ k^{β−1} Σ v_μ^β: Gaussians centred at βμ/σ
+    between = ~((betas >= 1) | (betas <= 0))
+    if between.any():
+        raise ValueError(f"beta must be >= 1 or <= 0, got {betas[between][0]}")
+    lo, hi = np.empty((betas.size, rows)), np.empty((betas.size, rows))
+    up = betas >= 1
+    if up.any():  # (Σ v_μ)^β ≤ k^{β−1} Σ v_μ^β: Gaussians centred at βμ/σ
+        beta = betas[up, None, None]
         with np.errstate(invalid="ignore"):
             lp = np.where(present, beta * log_w + beta * (beta - 1) * mus**2 / (2 * sigma**2), -np.inf)
-        lower = np.maximum(0.0, lp.max(axis=1))  # log Ψ ≥ max(0, lp_μ)
-        slack = (beta - 1) * np.log(present.sum(axis=1))[:, None] + lp - lower[:, None] + BAND_NATS
+        lower = np.maximum(0.0, lp.max(axis=2))  # log Ψ ≥ max(0, lp_μ)
+        slack = (beta - 1) * np.log(present.sum(axis=1))[:, None] + lp - lower[..., None] + BAND_NATS
         keep = slack > 0
         radius = np.sqrt(2 * np.where(keep, slack, 0.0))
         centre = beta * mus / sigma
-        lo = np.where(keep, centre - radius, np.inf).min(axis=1)
-        hi = np.where(keep, centre + radius, -np.inf).max(axis=1)
-    elif beta <= 0:  # (P/Q)^β ≤ v_μ^β for the smallest present μ
+        lo[up] = np.where(keep, centre - radius, np.inf).min(axis=2)
+        hi[up] = np.where(keep, centre + radius, -np.inf).max(axis=2)
+    if not up.all():  # β ≤ 0: (P/Q)^β ≤ v_μ^β for the smallest present μ
+        beta = betas[~up, None]
         first = np.argmax(present, axis=1)
         lw = log_w[np.arange(rows), first]
         lp = beta * lw + beta * (beta - 1) * first**2 / (2 * sigma**2)
         radius = np.sqrt(2 * (np.maximum(lp, 0.0) + BAND_NATS))
         centre = beta * first / sigma
-        lo, hi = centre - radius, centre + radius
-    else:
-        raise ValueError(f"beta must be >= 1 or <= 0, got {beta}")
+        lo[~up], hi[~up] = centre - radius, centre + radius
     r_phi = math.sqrt(2 * BAND_NATS)
     return np.minimum(lo, -r_phi), np.maximum(hi, r_phi)
 
@@ -357,6 +382,35 @@ def _segments(rows: np.ndarray, a: np.ndarray, b: np.ndarray, h: float
     return seg, seg_row, k_lo, k_hi
 
 
+class _Points(NamedTuple):
+    """Quadrature points of several segments, one row each, padded to the longest with points
+    that add nothing to any sum (log P/Q = 0, log φ = −∞, φ = 0)."""
+
+    t: np.ndarray
+    log_r: np.ndarray  #: log P/Q
+    log_q: np.ndarray | None  #: log P/Q, exact near P/Q = 1 (:func:`_values`)
+    log_phi: np.ndarray
+    phi: np.ndarray
+    far: np.ndarray  #: φ < e^{−700} (|t| > 37): those terms are formed in log space
+
+
+def _points(first: np.ndarray, lengths: np.ndarray, stride: int, step: float, seg_row: np.ndarray,
+            log_w: np.ndarray, sigma: float, *, near: bool = True) -> _Points:
+    """Points t = (first + stride·j)·step, j < length, per segment (one row each) and the values
+    :func:`_values` gives there."""
+    j = np.arange(int(lengths.max()) if lengths.size else 0)
+    real = j < lengths[:, None]
+    t = (first[:, None] + stride * j) * step
+    log_r, log_phi = np.zeros(t.shape), np.full(t.shape, -np.inf)
+    log_q = np.zeros(t.shape) if near else None
+    values = _values(t[real], np.repeat(seg_row, lengths), log_w, sigma, near=near)
+    log_r[real], log_phi[real] = values[0], values[2]
+    if log_q is not None:
+        log_q[real] = values[1]
+    far = real & (log_phi < -700.0)
+    return _Points(t, log_r, log_q, log_phi, np.exp(log_phi), far)
+
+
 def _bands(beta: np.ndarray, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, log_w: np.ndarray,
            sigma: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per pair (β, row): scan [lo, hi] at step 1 and return the sub-interval holding all
@@ -364,46 +418,57 @@ def _bands(beta: np.ndarray, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, l
     log of the integrand's peak (to tell Ψ ≫ 1 in advance). Pairs of a segment (:func:`_segments`)
     scan their common range: points outside a pair's own [lo, hi] can only widen its band."""
     seg, seg_row, k_lo, k_hi = _segments(rows, lo, hi, 1.0)
-    members = np.argsort(seg, kind="stable")
-    bounds = np.searchsorted(seg[members], np.arange(seg_row.size + 1))
     lengths = k_hi - k_lo + 1
-    offset = np.concatenate([[0], np.cumsum(lengths)])
-    t = (np.arange(offset[-1]) - np.repeat(offset[:-1] - k_lo, lengths)).astype(float)
-    log_r, _, log_phi = _values(t, np.repeat(seg_row, lengths), log_w, sigma, near=False)
+    points = _points(k_lo, lengths, 1, 1.0, seg_row, log_w, sigma, near=False)
     a, b, rough = np.empty(beta.size), np.empty(beta.size), np.empty(beta.size)
-    for s in range(seg_row.size):
-        p = members[bounds[s]:bounds[s + 1]]
-        sl = slice(offset[s], offset[s + 1])
-        tt, lphi = t[sl], log_phi[sl]
-        g = beta[p, None] * log_r[sl]
+    for part in _blocks(lengths[seg]):  # all pairs at once, in blocks
+        r = seg[part]
+        width = lengths[r].max()
+        lphi = points.log_phi[r, :width]
+        g = points.log_r[r, :width]
+        g *= beta[part, None]
         g += lphi
         v = np.maximum(g, lphi)
         hit = v >= v.max(axis=1, keepdims=True) - BAND_NATS - 0.5
         first = np.argmax(hit, axis=1)
         last = hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1)
         top = np.argmax(g, axis=1)
-        a[p] = np.minimum(tt[first], tt[top]) - 1.0
-        b[p] = np.maximum(tt[last], tt[top]) + 1.0
-        rough[p] = g[np.arange(p.size), top]  # the integrand's peak: enough to tell Ψ ≫ 1
+        a[part] = np.minimum(points.t[r, first], points.t[r, top]) - 1.0
+        b[part] = np.maximum(points.t[r, last], points.t[r, top]) + 1.0
+        rough[part] = g[np.arange(r.size), top]  # the integrand's peak: enough to tell Ψ ≫ 1
     return a, b, rough
 
 
-def _sums(y: np.ndarray, log_phi: np.ndarray, phi: np.ndarray, *, even: bool
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Σ φ·expm1(y), Σ |φ·expm1(y)| over the points (and Σ over the even-indexed points if
-    ``even``): in plain floating point where φ ≥ e^{−700} (|t| ≤ 37), in log space beyond, where
-    φ alone would underflow; an overflowing term gives inf (Ψ is then far from 1)."""
-    far = log_phi < -700.0
+def _sums(beta: np.ndarray, points: _Points, rows: np.ndarray, width: int, step: float, *,
+          even: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """step·Σ φ·expm1(y) and step·Σ |φ·expm1(y)|, y = β·log(P/Q), per pair (row of ``beta``)
+    over the points of its row ``rows`` of ``points`` (the first ``width``, all of them; and
+    2·step·Σ φ·expm1(y) over the even-indexed points if ``even``): in plain floating point where
+    φ ≥ e^{−700} (|t| ≤ 37), in log space beyond (``points.far``), where φ alone would underflow;
+    an overflowing term gives inf (Ψ is then far from 1)."""
+    y = points.log_q[rows, :width]
+    y *= beta
+    phi = points.phi[rows, :width]
+    far = np.nonzero(points.far[rows, :width]) if points.far[:, :width].any() else None
     with np.errstate(over="ignore", invalid="ignore"):
-        yf = y[:, far] if far.any() else None
+        if far is not None:
+            yf = y[far]
+            log_term = points.log_phi[rows[far[0]], far[1]] + _log_abs_expm1(yf)
         e = np.expm1(y, out=y)
-        if yf is not None:
-            e[:, far] = np.where(yf != 0, np.sign(yf) * np.exp(log_phi[far] + _log_abs_expm1(yf)), 0.0)
-            phi = np.where(far, 1.0, phi)  # those columns hold the whole term already
-        total = e @ phi
-        half = e[:, ::2] @ phi[::2] if even else None
-        mass = np.abs(e, out=e) @ phi
+        if far is not None:
+            e[far] = np.where(yf != 0, np.sign(yf) * np.exp(log_term), 0.0)
+            phi[far] = 1.0  # those terms are whole already
+        total = np.einsum("ij,ij->i", e, phi)
+        half = 2 * step * np.einsum("ij,ij->i", e[:, ::2], phi[:, ::2]) if even else None
+        mass = np.einsum("ij,ij->i", np.abs(e, out=e), phi)
+    total *= step
+    mass *= step
     return total, mass, half
+
+
+def _agree(new: np.ndarray, old: np.ndarray) -> np.ndarray:
+    """Log-space sums at h and 2h agree to QUAD_RTOL (relative, absolute below 1)."""
+    return np.abs(new - old) <= QUAD_RTOL * np.maximum(1.0, np.abs(new))
 
 
 def _trapezoid(beta: np.ndarray, rows: np.ndarray, a: np.ndarray, b: np.ndarray, h: float,
@@ -413,13 +478,12 @@ def _trapezoid(beta: np.ndarray, rows: np.ndarray, a: np.ndarray, b: np.ndarray,
 
     The grids are nested (step h/2^j on the same end points), so a finer level evaluates only the
     new midpoints and the coarser sum is the "2h" sum of the next. Where Ψ is close to 1 the
-    integrand φ·expm1(β log(P/Q)) of Ψ − 1 is summed directly (:func:`_terms`), plus a rounding
+    integrand φ·expm1(β log(P/Q)) of Ψ − 1 is summed directly (:func:`_sums`), plus a rounding
     allowance; elsewhere log Ψ is accumulated by log-sum-exp. ``log_mode`` (changed in place):
-    the pairs expected far from 1, tried in log space first.
+    the pairs expected far from 1, tried in log space first. Each level handles all pending
+    pairs at once, each reading its segment's row of points.
     """
     seg, seg_row, k_lo, k_hi = _segments(rows, a, b, h)
-    members = np.argsort(seg, kind="stable")
-    bounds = np.searchsorted(seg[members], np.arange(seg_row.size + 1))
     n = beta.size
     total = np.zeros(n)  # h·Σ term (= Ψ − 1), or in log mode log(h·Σ integrand)
     mass = np.zeros(n)  # h·Σ |term|
@@ -427,49 +491,40 @@ def _trapezoid(beta: np.ndarray, rows: np.ndarray, a: np.ndarray, b: np.ndarray,
     tiny, eps = np.finfo(float).tiny, np.finfo(float).eps
     for level in range(_MAX_REFINE):
         step, scale = h / 2**level, 2**level
-        live = np.flatnonzero(np.add.reduceat(pending[members].astype(np.int64), bounds[:-1]))
+        pairs = np.flatnonzero(pending)
+        live, where = np.unique(seg[pairs], return_inverse=True)
+        where = where.reshape(-1)
         # level 0: every lattice point; later levels: the odd multiples of the new step only
         span = (k_hi[live] - k_lo[live]) * scale
         lengths = span + 1 if level == 0 else span // 2
-        first = k_lo[live] * scale + (0 if level == 0 else 1)
-        offset = np.concatenate([[0], np.cumsum(lengths)])
-        local = np.arange(offset[-1]) - np.repeat(offset[:-1], lengths)
-        t = (np.repeat(first, lengths) + (1 if level == 0 else 2) * local) * step
-        log_r, log_q, log_phi = _values(t, np.repeat(seg_row[live], lengths), log_w, sigma)
-        phi = np.exp(log_phi)
-        for i, s in enumerate(live):
-            p = members[bounds[s]:bounds[s + 1]]
-            p = p[pending[p]]
-            sl = slice(offset[i], offset[i + 1])
-            bet, lr, lphi = beta[p, None], log_r[sl], log_phi[sl]
+        points = _points(k_lo[live] * scale + (0 if level == 0 else 1), lengths, 1 if level == 0 else 2,
+                         step, seg_row[live], log_w, sigma)
+        for part in _blocks(lengths[where]):
+            p, r = pairs[part], where[part]
+            width = lengths[r].max()
+            bet = beta[p, None]
             if level == 0 and log_mode[p].any():  # expected far from 1: log Ψ at h and 2h first
                 q = np.flatnonzero(log_mode[p])
-                l_h, l_2h = _log_sums(bet[q], lr, lphi, even=True)
-                l_h += math.log(step)
-                l_2h += math.log(2 * step)
+                l_h, l_2h = _log_sums(bet[q], points, r[q], width, step, even=True)
                 near = l_h <= _DIRECT_BELOW  # not far after all: summed directly below
                 log_mode[p[q[near]]] = False
                 q, l_h, l_2h = p[q[~near]], l_h[~near], l_2h[~near]
                 total[q] = l_h
-                pending[q[np.abs(l_h - l_2h) <= QUAD_RTOL * np.maximum(1.0, np.abs(l_h))]] = False
+                pending[q[_agree(l_h, l_2h)]] = False
             lin = np.flatnonzero(~log_mode[p])
-            s_h, m_h, half = _sums(bet[lin] * log_q[sl], lphi, phi[sl], even=level == 0)
-            s_h *= step
-            m_h *= step
+            s_h, m_h, half = _sums(bet[lin], points, r[lin], width, step, even=level == 0)
             if level == 0:
-                prev = 2 * step * half
+                prev = half
                 with np.errstate(invalid="ignore"):
                     far = ~(np.log1p(np.maximum(s_h, -0.5)) <= _DIRECT_BELOW)  # inf, nan: far too
                 if far.any():  # switch these to log mode: log Ψ at h and 2h
                     q = lin[far]
-                    l_h, l_2h = _log_sums(bet[q], lr, lphi, even=True)
-                    l_h += math.log(step)
-                    l_2h += math.log(2 * step)
+                    l_h, l_2h = _log_sums(bet[q], points, r[q], width, step, even=True)
                     near = l_h <= _DIRECT_BELOW  # an inaccurate plain sum: Ψ is close to 1 after all
                     q, l_h, l_2h = q[~near], l_h[~near], l_2h[~near]
                     log_mode[p[q]] = True
                     total[p[q]] = l_h
-                    pending[p[q[np.abs(l_h - l_2h) <= QUAD_RTOL * np.maximum(1.0, np.abs(l_h))]]] = False
+                    pending[p[q[_agree(l_h, l_2h)]]] = False
                     keep = np.ones(lin.size, dtype=bool)
                     keep[np.flatnonzero(far)[~near]] = False
                     lin, s_h, m_h, prev = lin[keep], s_h[keep], m_h[keep], prev[keep]
@@ -480,9 +535,9 @@ def _trapezoid(beta: np.ndarray, rows: np.ndarray, a: np.ndarray, b: np.ndarray,
                 lm = np.flatnonzero(log_mode[p])
                 if lm.size:
                     q = p[lm]
-                    l_h = np.logaddexp(total[q] - math.log(2.0),
-                                       math.log(step) + _log_sums(bet[lm], lr, lphi, even=False)[0])
-                    done = np.abs(l_h - total[q]) <= QUAD_RTOL * np.maximum(1.0, np.abs(l_h))
+                    l_new = _log_sums(bet[lm], points, r[lm], width, step, even=False)[0]
+                    l_h = np.logaddexp(total[q] - math.log(2.0), l_new)
+                    done = _agree(l_h, total[q])
                     total[q] = l_h
                     pending[q[done]] = False
             q = p[lin]
@@ -520,12 +575,10 @@ def log_psi_excess_quad_many(betas: Sequence[float], log_w: np.ndarray, sigma: f
     idx = np.arange(width)
     spans = np.where(present, idx, -1).max(axis=1) - np.where(present, idx, width).min(axis=1)
     first_reverse = min(_FIRST_STEP, max(_FIRST_STEP_REVERSE, sigma / max(1, int(spans.max()))))
-    bounds = [_envelope(float(beta), log_w, sigma) for beta in betas]  # raises for 0 < β < 1
+    lo, hi = _envelope(betas, log_w, sigma)  # raises for 0 < β < 1
     pair_beta = np.repeat(betas, rows)
     pair_row = np.tile(np.arange(rows), betas.size)
-    lo = np.concatenate([lo for lo, _ in bounds])
-    hi = np.concatenate([hi for _, hi in bounds])
-    a, b, rough = _bands(pair_beta, pair_row, lo, hi, log_w, sigma)
+    a, b, rough = _bands(pair_beta, pair_row, lo.reshape(-1), hi.reshape(-1), log_w, sigma)
     log_mode = rough > _DIRECT_BELOW + 3.0  # surely far from 1: skip the direct sum
     out = np.empty(pair_beta.size)
     for forward in (True, False):  # the first step: P‖Q and Q‖P as before
@@ -587,21 +640,43 @@ def lattice_log_psi_int(alphas: Sequence[int], log_w: np.ndarray, sigma: float) 
 
 
 # ------------------------------------------------------------------ Theorem 3 and Theorem C.1
+def _binomial_log_excess(alphas: np.ndarray, sigma: float, log1m_gamma: np.ndarray, log_gamma: np.ndarray
+                         ) -> np.ndarray:
+    """``(len(alphas), rows)`` log(Ψ_α − 1) for integer α by the binomial sum of the module notes
+    (step 1); the terms k = 2…α of all the orders side by side, one log-sum-exp per order."""
+    count = alphas.astype(np.int64) - 1
+    start = np.cumsum(count) - count
+    alpha = np.repeat(alphas, count)
+    k = (np.arange(count.sum()) - np.repeat(start - 2, count)).astype(float)
+    rest = alpha - k
+    log_c = gammaln(alpha + 1) - gammaln(k + 1) - gammaln(rest + 1)
+    terms = k * log_gamma[:, None]
+    terms += log_c
+    with np.errstate(invalid="ignore"):
+        tail = rest * log1m_gamma[:, None]
+    tail[:, rest == 0] = 0.0
+    terms += tail
+    terms += _log_expm1(k * (k - 1) / (2 * sigma**2))
+    peak = np.maximum.reduceat(terms, start, axis=1)
+    peak[~np.isfinite(peak)] = 0.0
+    terms -= np.repeat(peak, count, axis=1)
+    power = np.zeros_like(terms)
+    np.exp(terms, out=power, where=terms >= -750.0)  # below, exp is 0 exactly: not evaluated
+    with np.errstate(divide="ignore"):
+        return (np.log(np.add.reduceat(power, start, axis=1)) + peak).T
+
+
 def _thm3_log_excess(orders: np.ndarray, sigma: float, log1m_gamma: np.ndarray) -> np.ndarray:
     """log(A_α(ℓ) − 1) of Eq. (44) for each order and each effective rate Γ (given as log(1−Γ))."""
     with np.errstate(divide="ignore"):
         log_gamma = np.log(-np.expm1(log1m_gamma))
     out = np.empty((orders.size, log1m_gamma.size))
     log_w = np.stack([log1m_gamma, log_gamma], axis=1)
-    for i, alpha in enumerate(orders):
-        if alpha == round(alpha):  # the binomial sum; fractional orders below
-            k = np.arange(2, int(alpha) + 1, dtype=float)
-            rest = alpha - k
-            log_c = gammaln(alpha + 1) - gammaln(k + 1) - gammaln(rest + 1)
-            with np.errstate(invalid="ignore"):
-                tail = np.where(rest == 0, 0.0, rest * log1m_gamma[:, None])
-            terms = log_c + k * log_gamma[:, None] + tail + _log_expm1(k * (k - 1) / (2 * sigma**2))
-            out[i] = _lse(terms, axis=1)
+    integer = np.flatnonzero(orders == np.round(orders))  # the binomial sum; fractional orders below
+    batch = np.cumsum(orders[integer] - 1) * log1m_gamma.size // _BLOCK_ELEMENTS
+    for j in np.unique(batch):
+        part = integer[batch == j]
+        out[part] = _binomial_log_excess(orders[part], sigma, log1m_gamma, log_gamma)
     fractional = orders != np.round(orders)
     if fractional.any():  # one quadrature for all of them: the points are shared
         out[fractional] = log_psi_excess_quad_many(orders[fractional], log_w, sigma)

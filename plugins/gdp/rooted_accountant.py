@@ -108,10 +108,10 @@ class RootedRdpAccountant(NodeLevelWithBound, RdpAccountantBase):
                            "n": n, "batch_size": b, "examples_per_unit": int(group),
                            "analysis": "hypergeometric mixture (Daigavane et al. 2021, Thm 1), replace-one"})
 
-    def per_step_rdp(self, noise_multiplier: float) -> np.ndarray:
+    def per_step_rdp(self, noise_multiplier: float, orders: Sequence[float] | None = None) -> np.ndarray:
         if self._sizes is None:
             raise PrivacyError(f"accountant {self.mechanism!r} needs the out-degree bound D that limits how "
                                "many rooted subgraphs one node reaches: state privacy.unit "
                                "'node/replacement/D=<D>/predictions' (paper 4: D=100)")
         n, b, group = self._sizes
-        return rooted_step_rdp(self.orders, n, b, group, noise_multiplier)
+        return rooted_step_rdp(self._step_orders(orders), n, b, group, noise_multiplier)

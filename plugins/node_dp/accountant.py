@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -61,12 +62,12 @@ class NodeReplaceRdpAccountant(RowWiseGdpUnits, RdpAccountantBase):
         self._set_profile({"sampling": sampling.kind.value, "sensitivity": sensitivity.kind.value,
                            "n": n, "batch_size": b})
 
-    def per_step_rdp(self, noise_multiplier: float) -> np.ndarray:
+    def per_step_rdp(self, noise_multiplier: float, orders: Sequence[float] | None = None) -> np.ndarray:
         import dp_accounting  # here, not at import: it costs seconds of CLI start-up
 
         if self._n is None or self._b is None:
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
-        return dp_event_rdp(node_step_event(self._n, self._b, noise_multiplier), self.orders,
+        return dp_event_rdp(node_step_event(self._n, self._b, noise_multiplier), self._step_orders(orders),
                             dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_ONE)
 
 

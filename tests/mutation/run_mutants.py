@@ -215,8 +215,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "quad-far-columns", "the log-space terms where φ underflows (plain φ·expm1 used: 0·inf)",
         (("plugins/entity_dp/coupled_rdp.py",
-          "    far = log_phi < -700.0\n",
-          "    far = log_phi < -np.inf  # MUTANT\n"),),
+          "    far = real & (log_phi < -700.0)\n",
+          "    far = real & (log_phi < -np.inf)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "quad-padding", "the neutral padding of the coupled bounds' quadrature rows (padded points weighted φ = 1)",
+        (("plugins/entity_dp/coupled_rdp.py",
+          "    log_r, log_phi = np.zeros(t.shape), np.full(t.shape, -np.inf)\n",
+          "    log_r, log_phi = np.zeros(t.shape), np.zeros(t.shape)  # MUTANT\n"),),
     ),
     Mutant(
         "session-nonprivate", "the private step (a private session wired to nonprivate_step)",
