@@ -1,34 +1,41 @@
-"""Federation overhead: a three-site loopback federation vs the sites' local training.
+"""Federation overhead: a three-site loopback federation round vs the sites' local training.
 
 Run from a source checkout (it starts SuperLink/SuperNodes through ``deploy/scripts``)::
 
-    python bench/federation_overhead.py [--rounds 3] [--local-steps 5] [--model tiny-bert]
+    python bench/federation_overhead.py [--rounds 3] [--cache both|on|off] [--model tiny-bert]
 
-Each site holds a third of the bundled CiteSeer text graph. Three measurements of one round:
+The realistic round is the shipped app's default task (``connectors/flower/app/pyproject.toml``:
+MiniLM + LoRA, 10 local steps, batch 64, held-out evaluation at each site) on a third of the
+bundled CiteSeer text graph per site; ``--model tiny-bert`` (max_length 16) is the small case.
+Each site runs with ``threads = 1`` and ``share-utility-metrics = true`` (so it evaluates).
 
-* ``federated``   wall time of a server round (send the adapter, every site runs its round in a
-                  ClientApp process of its own, replies, aggregation), from the server's round
-                  log; measured with the guard's spare ClientApp process (imported before the
-                  task arrives) and, in the same run, without it (``GRAPHVEIL_CLIENTAPP_SPARE=0``:
-                  the process starts when the task arrives); ``--spare on|off`` runs one only;
-* ``local-fresh`` the same site work without Flower: three fresh Python processes, started
-                  together, each doing what a ClientApp does (import, load and prepare the
-                  site's graph, the local DP steps, held-out evaluation) — wall time, best of
-                  two tries before and two after the federation;
-* ``train-only``  the local DP steps alone, in a warm single-threaded process, summed over the
-                  three sites (best of 2 each).
+* ``local``      the local training of a round: in three warm processes started together (one
+                 per site, the same contention as the federation's three sites), each having
+                 prepared its session, the local DP steps and the held-out evaluation; the
+                 slowest site's wall time (from one "go" to the last site done), best of two
+                 tries before and two after the federation;
+* ``federated``  wall time of a server round from the server's round log (send the adapter,
+                 every site runs its round in a guarded ClientApp process, replies,
+                 aggregation), with the site's prepared cache (``prepared-cache``, the frozen
+                 encoder layers' outputs kept between rounds) and, in the same run, without it
+                 (``--cache both``, default); the guard's spare ClientApp process is on
+                 (``--spare off`` turns it off).
 
-Overhead share = 1 − local-fresh / federated: the part of a round spent in Flower (process
-start-up of the SuperExec/ClientApp machinery, messaging over TLS, serialisation, aggregation,
-the ledger). Results: a table on stdout and ``federation_overhead.json`` in ``--out``.
+Overhead = (federated round − local) / local. Where the rest goes, for each round's slowest
+site, from the server's timestamps (``rounds.jsonl``) and the site's timing log line: ``to
+site`` (message to the SuperNode, the executor's poll, the ClientApp process and Flower's task
+pull, the FAB check), ``setup`` (config, model, graph, frozen states), ``train`` + ``evaluate``,
+``other`` (configs, policy, ledger reads, reservation and release, lifecycle reporting: the
+site's ``checks``, ``reserve``, ``release``, ``report`` laps), ``back`` (reply to the server) and
+``aggregate``. Results: a table on stdout and ``federation_overhead.json`` in ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -36,7 +43,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROUNDS, LOCAL_STEPS = 3, 5
+ROUNDS = 3
+TIMINGS = re.compile(
+    r"site (?P<site>\S+) round (?P<round>\d+) timings: started (?P<started>[\d.]+) ended (?P<ended>[\d.]+) "
+    r"\(unix s\); (?P<parts>.*?); cpu (?P<cpu>[\d.]+) s; prepared cache (?P<cache>.*)$", re.M)
 
 
 def _site_config(node_config: Path, run_config: dict, seed: int = 0):
@@ -60,144 +70,192 @@ def _app_run_config(overrides: dict) -> dict:
     return {**flatten_dict(raw["tool"]["flwr"]["app"]["config"]), **overrides}
 
 
-def local_round(node_config: Path, run_config_json: str, steps: int) -> None:
-    """One site round without Flower (the ``--local-round`` mode, run in a fresh process)."""
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def warm_site(node_config: Path, run_config_json: str) -> None:
+    """The ``--warm-site`` mode (one process per site): prepare the session, say ``ready``, then
+    for every ``go`` line on stdin run one round's local steps and evaluation and print their
+    seconds (wall and CPU)."""
+    run_config = json.loads(run_config_json)
     from graphveil.session import TrainingSession
 
-    config = _site_config(node_config, json.loads(run_config_json))
-    if config.threads:
-        import torch
+    config = _site_config(node_config, run_config)
+    import torch
 
-        torch.set_num_threads(config.threads)
+    torch.set_num_threads(config.threads or 1)
     session = TrainingSession(config)
     session.prepare()
-    session.train(steps)
-    session.evaluate()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if line.strip() != "go":
+            break
+        wall, cpu = time.perf_counter(), time.process_time()
+        session.train(int(run_config["local-steps"]))
+        session.evaluate()
+        print(json.dumps({"seconds": time.perf_counter() - wall, "cpu": time.process_time() - cpu}), flush=True)
+
+
+def local_rounds(configs: dict[str, Path], run_config: dict, tries: int, env: dict) -> list[dict]:
+    """``tries`` local rounds of the three sites at once in warm processes (see the module note)."""
+    procs = [subprocess.Popen([sys.executable, __file__, "--warm-site", str(path), json.dumps(run_config)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+             for path in configs.values()]
+    out = []
+    try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise SystemExit(f"warm site process failed (exit {p.wait()})")
+        for _ in range(tries):
+            load, started = _load(), time.perf_counter()
+            for p in procs:
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            sites = [json.loads(p.stdout.readline()) for p in procs]
+            out.append({"seconds": time.perf_counter() - started, "sites": sites, "load": load})
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait()
+    return out
+
+
+def round_parts(rounds: list[dict], site_log: str) -> list[dict]:
+    """Each round's parts (seconds) for its slowest site, from the server's round records and
+    the sites' timing lines."""
+    timings: dict[int, list[dict]] = {}
+    for m in TIMINGS.finditer(site_log):
+        parts = {k: float(v.split()[0]) for k, v in (p.split(" ", 1) for p in m["parts"].split(", "))}
+        timings.setdefault(int(m["round"]), []).append({
+            "site": m["site"], "started": float(m["started"]), "ended": float(m["ended"]),
+            "cpu": float(m["cpu"]), "cache": m["cache"].strip(), **parts})
+    out = []
+    for r in rounds:
+        sites = timings.get(r["round"], [])
+        if not sites or r.get("started-at") is None:
+            out.append({"round": r["round"], "seconds": r["seconds"]})
+            continue
+        slow = max(sites, key=lambda s: s["ended"])
+        inside = slow["ended"] - slow["started"]
+        known = slow.get("setup", 0) + slow.get("train", 0) + slow.get("evaluate", 0)
+        out.append({
+            "round": r["round"], "seconds": r["seconds"], "slowest_site": slow["site"],
+            "to_site": slow["started"] - r["started-at"], "setup": slow.get("setup"),
+            "train": slow.get("train"), "evaluate": slow.get("evaluate"), "other": inside - known,
+            "back": r["replies-at"] - slow["ended"],
+            "aggregate": r["seconds"] - (r["replies-at"] - r["started-at"]),
+            "slowest_site_parts": slow,
+            "site_cpu": {s["site"]: s["cpu"] for s in sites},
+            "site_setup": {s["site"]: s.get("setup") for s in sites},
+            "cache": {s["site"]: s["cache"] for s in sites}})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=ROUNDS)
-    parser.add_argument("--local-steps", type=int, default=LOCAL_STEPS)
-    parser.add_argument("--model", default="tiny-bert", help="encoder model: tiny-bert or minilm")
-    parser.add_argument("--batch-size", type=int, default=32, help="sampler batch size")
+    parser.add_argument("--local-steps", type=int, help="local DP steps per round (default: the app's, 10)")
+    parser.add_argument("--model", default="minilm", choices=("minilm", "tiny-bert"),
+                        help="encoder model (default: the app's MiniLM; tiny-bert with max_length 16)")
+    parser.add_argument("--batch-size", type=int, help="sampler batch size (default: the app's, 64)")
     parser.add_argument("--out", help="folder for the federation's files and the JSON result")
-    parser.add_argument("--spare", choices=("both", "on", "off"), default="both",
-                        help="federate with the guard's spare ClientApp process, without it, or both (default)")
-    parser.add_argument("--local-round", nargs=3, metavar=("NODE_CONFIG", "RUN_CONFIG_JSON", "STEPS"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--cache", choices=("both", "on", "off"), default="both",
+                        help="federate with the sites' prepared cache, without it, or both (default)")
+    parser.add_argument("--spare", choices=("on", "off"), default="on",
+                        help="the guard's spare ClientApp process (default on)")
+    parser.add_argument("--warm-site", nargs=2, metavar=("NODE_CONFIG", "RUN_CONFIG_JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.local_round:
-        local_round(Path(args.local_round[0]), args.local_round[1], int(args.local_round[2]))
+    if args.warm_site:
+        warm_site(Path(args.warm_site[0]), args.warm_site[1])
         return 0
-
-    import torch
 
     from graphveil.connectors.flower.guard import SPARE_ENV
     from graphveil.connectors.flower.loopback import LoopbackFederation, write_node_config
     from graphveil.connectors.flower.partition import write_partition
     from graphveil.data import load_bundled_citeseer
-    from graphveil.session import TrainingSession
 
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="graphveil-fed-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     sites = ("site-1", "site-2", "site-3")
-    overrides = {
-        "num-server-rounds": args.rounds, "local-steps": args.local_steps, "min-sites": len(sites),
-        "task.encoder.model": args.model, "task.encoder.max_length": 16 if args.model == "tiny-bert" else 32,
-        "task.sampler.batch_size": args.batch_size, "task.privacy.noise_multiplier": 1.0,
-        "output-dir": str(root / "server-out"),
-    }
+    overrides: dict = {"num-server-rounds": args.rounds, "min-sites": len(sites),
+                       "output-dir": str(root / "server-out")}
+    if args.local_steps is not None:
+        overrides["local-steps"] = args.local_steps
+    if args.batch_size is not None:
+        overrides["task.sampler.batch_size"] = args.batch_size
+    if args.model == "tiny-bert":
+        overrides.update({"task.encoder.model": "tiny-bert", "task.encoder.max_length": 16})
     run_config = _app_run_config(overrides)
     parts = write_partition(load_bundled_citeseer(), len(sites), root / "data", seed=0)
-    configs = {
-        name: write_node_config(root / f"{name}.toml", {
+
+    def node_configs(tag: str, cache: bool) -> dict[str, Path]:
+        return {name: write_node_config(root / f"{name}-{tag}.toml", {
             "site-name": name, "data-source": "edge_list", "data-path": str(edges),
             "data-entities": str(entities), "epsilon-budget": 1e4, "delta": 1e-5, "privacy-unit": "edge",
-            "ledger": str(root / "ledgers" / f"{name}.sqlite"), "threads": 1})
-        for name, (edges, entities) in zip(sites, parts, strict=True)
-    }
+            "ledger": str(root / f"ledgers-{tag}" / f"{name}.sqlite"), "threads": 1,
+            "share-utility-metrics": True, "prepared-cache": str(root / "cache" / name) if cache else "off"})
+            for name, (edges, entities) in zip(sites, parts, strict=True)}
 
-    # train-only: the DP steps in a warm process (best of 2 per site)
-    torch.set_num_threads(1)
-    train_only = 0.0
-    for name in sites:
-        session = TrainingSession(_site_config(configs[name], run_config))
-        session.prepare()
-        best = math.inf
-        for _ in range(2):
-            started = time.perf_counter()
-            session.train(args.local_steps)
-            best = min(best, time.perf_counter() - started)
-        train_only += best
-
-    # local-fresh: three fresh processes at once, each one site's round without Flower; measured
-    # before and after the federation (the machine's load drifts), best of all tries.
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    fresh: list[float] = []
+    local = local_rounds(node_configs("local", False), run_config, 2, env)
 
-    def local_rounds(tries: int) -> None:
-        for _ in range(tries):
-            started = time.perf_counter()
-            procs = [subprocess.Popen([sys.executable, __file__, "--local-round", str(configs[n]),
-                                       json.dumps(run_config), str(args.local_steps)], env=env) for n in sites]
-            codes = [p.wait() for p in procs]
-            if any(codes):
-                raise SystemExit(f"local round failed: exit codes {codes}")
-            fresh.append(time.perf_counter() - started)
-
-    load_before = os.getloadavg()[0]
-    local_rounds(2)
-
-    def federate(spare: bool) -> tuple[list[float], float]:
-        """Per-round seconds and the whole run's, spare ClientApp process on or off."""
-        with LoopbackFederation(root / f"federation-spare-{'on' if spare else 'off'}") as loop:
+    def federate(cache: bool) -> dict:
+        tag = f"cache-{'on' if cache else 'off'}"
+        configs = node_configs(tag, cache)
+        with LoopbackFederation(root / f"federation-{tag}") as loop:
             loop.env["OMP_NUM_THREADS"] = "1"
-            loop.env[SPARE_ENV] = "1" if spare else "0"
+            loop.env[SPARE_ENV] = "1" if args.spare == "on" else "0"
             loop.make_credentials(sites)
             loop.start_server()
             loop.register(sites)
             for name in sites:
                 loop.start_site(name, configs[name])
             loop.wait_online(len(sites))
-            time.sleep(20 if spare else 0)  # let the spares import, as between runs at a real site
-            run_dir, total, _ = loop.run({**overrides, "output-dir": str(root / f"server-out-{int(spare)}")})
+            time.sleep(20 if args.spare == "on" else 0)  # let the spares import, as between runs at a real site
+            load_before = _load()
+            run_dir, total, _ = loop.run({**overrides, "output-dir": str(root / f"server-out-{tag}")})
+            load_after = _load()
+            site_log = "\n".join(loop.log(name) for name in sites)
         rounds = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
-        return [r["seconds"] for r in rounds], total
+        untrained = [(r["round"], s["site"], s["reason"]) for r in rounds for s in r["sites"]
+                     if s["status"] != "trained"]
+        for entry in untrained:  # kept in the table: such a round is not a full round
+            print(f"warning: {tag}: round {entry[0]}: {entry[1]} did not train: {entry[2]}", file=sys.stderr)
+        return {"untrained": untrained, "round_seconds": [r["seconds"] for r in rounds], "run_seconds": total,
+                "parts": round_parts(rounds, site_log), "load_before_after": [load_before, load_after]}
 
-    modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.spare]
-    federations = {("spare" if m else "no_spare"): federate(m) for m in modes}
-    local_rounds(2)
-    local_fresh = min(fresh)
-    load_after = os.getloadavg()[0]
-    per_round, total = federations["spare" if modes[0] else "no_spare"]
-    federated = statistics.median(per_round)
+    modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.cache]
+    federations = {("cache_on" if m else "cache_off"): federate(m) for m in modes}
+    local += local_rounds(node_configs("local", False), run_config, 2, env)
+    local_best = min(t["seconds"] for t in local)
     result = {
-        "sites": len(sites), "rounds": args.rounds, "local_steps": args.local_steps, "model": args.model,
-        "spare": modes[0],
-        "federated_round_seconds": per_round, "federated_round_median": federated,
-        "federation_run_seconds": total,
-        **{f"{k}_round_seconds": v[0] for k, v in federations.items()},
-        **{f"{k}_round_median": statistics.median(v[0]) for k, v in federations.items()},
-        **{f"{k}_run_seconds": v[1] for k, v in federations.items()},
-        "local_fresh_round_seconds": local_fresh, "local_fresh_all_tries": fresh,
-        "train_only_seconds_all_sites": train_only,
-        "overhead_share_vs_local_fresh": 1 - local_fresh / federated,
-        "overhead_share_vs_train_only": 1 - train_only / federated,
-        "load_average_before_after": [load_before, load_after],
+        "sites": len(sites), "rounds": args.rounds, "model": run_config["task.encoder.model"],
+        "local_steps": run_config["local-steps"], "batch_size": run_config["task.sampler.batch_size"],
+        "spare": args.spare, "local_round_seconds": local_best, "local_tries": local,
+        **{key: {**fed, "median": statistics.median(fed["round_seconds"]),
+                 "overhead_share": (statistics.median(fed["round_seconds"]) - local_best) / local_best}
+           for key, fed in federations.items()},
     }
     (root / "federation_overhead.json").write_text(json.dumps(result, indent=2))
-    print(f"three-site loopback federation, {args.model}, {args.local_steps} local steps per round "
-          f"({args.rounds} rounds; TLS + SuperNode auth on; 2-core machine shared by all processes)")
-    for key, (secs, run_total) in federations.items():
-        label = "with spare ClientApp" if key == "spare" else "no spare (fresh)"
-        print(f"  federated round, {label:20s} {statistics.median(secs):7.2f} s median   rounds: "
-              f"{', '.join(f'{s:.2f}' for s in secs)}   whole run {run_total:.2f} s")
-    print(f"  local round, 3 fresh processes  {local_fresh:7.2f} s   (import + prepare + steps + eval, no Flower)")
-    print(f"  local DP steps only, 3 sites    {train_only:7.2f} s   (warm process, summed)")
-    print(f"  overhead share vs local round   {result['overhead_share_vs_local_fresh']:7.1%}")
-    print(f"  overhead share vs steps only    {result['overhead_share_vs_train_only']:7.1%}")
-    print(f"  1-min load average before/after {load_before:.1f} / {load_after:.1f} (2 cores)")
+    print(f"three-site loopback federation, {result['model']}, {result['local_steps']} local steps of batch "
+          f"{result['batch_size']} + held-out evaluation per round ({args.rounds} rounds; TLS + SuperNode "
+          f"auth on; spare {args.spare}; 2-core machine shared by all processes)")
+    tries = ", ".join(f"{t['seconds']:.2f} (load {t['load']:.1f})" for t in local)
+    print(f"  local round (slowest of 3 warm sites at once): {local_best:.2f} s best; tries {tries}")
+    for key, fed in federations.items():
+        print(f"  federated round, {key.replace('_', ' ')}: median {result[key]['median']:.2f} s, overhead "
+              f"{result[key]['overhead_share']:+.1%}; load {fed['load_before_after'][0]:.1f} -> "
+              f"{fed['load_before_after'][1]:.1f}; whole run {fed['run_seconds']:.1f} s")
+        print("    round  seconds  to-site  setup  train  eval  other  back  aggregate  (slowest site)  site CPU s")
+        for p in fed["parts"]:
+            if "to_site" not in p:
+                print(f"    {p['round']:5d}  {p['seconds']:7.2f}  (no site timings)")
+                continue
+            cpu = "/".join(f"{c:.1f}" for c in p["site_cpu"].values())
+            print(f"    {p['round']:5d}  {p['seconds']:7.2f}  {p['to_site']:7.2f}  {p['setup']:5.2f}  "
+                  f"{p['train']:5.2f}  {p['evaluate'] or 0:4.2f}  {p['other']:5.2f}  {p['back']:4.2f}  "
+                  f"{p['aggregate']:9.3f}  {p['slowest_site']:14s}  {cpu}")
     print(f"results: {root / 'federation_overhead.json'}")
     return 0
 

@@ -37,6 +37,7 @@ from graphveil.units import PrivacyUnit
 
 if TYPE_CHECKING:
     from graphveil.engine.noise import GaussianNoise
+    from graphveil.prepared_cache import PreparedCache
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ class TrainingSession:
     :param records_store: where the sampler's randomized preprocessing (the degree-capped Ē)
         is kept per (training graph, sampler, options), so it is drawn once and reused by every
         later run or round (:mod:`graphveil.records_store`); ``None``: computed per session.
+    :param prepared_cache: a folder where the encoder keeps deterministic, data-derived set-up
+        (a LoRA encoder's frozen-layer states) across processes, e.g. a federated site's rounds
+        (:mod:`graphveil.prepared_cache`); handed to an encoder with a ``prepared_cache``
+        attribute, ignored by others. ``None``: computed per process.
 
     Randomness: :attr:`generator` is the SAMPLING generator only (batches, negatives, degree
     capping), seeded with ``config.seed`` or, if that is ``None``, with fresh OS entropy that is
@@ -58,11 +63,13 @@ class TrainingSession:
     """
 
     def __init__(self, config: RunConfig, *, host: PluginHost | None = None,
-                 graph: RelationalGraph | None = None, records_store: RecordsStore | None = None) -> None:
+                 graph: RelationalGraph | None = None, records_store: RecordsStore | None = None,
+                 prepared_cache: PreparedCache | None = None) -> None:
         self.config = config
         self.host = host or default_host()
         self.graph = graph
         self.records_store = records_store
+        self.prepared_cache = prepared_cache
         self.sampling_seed_fixed = config.seed is not None
         sampling_seed = config.seed if config.seed is not None else secrets.randbits(63)
         self.generator = torch.Generator().manual_seed(sampling_seed)
@@ -163,6 +170,8 @@ class TrainingSession:
         self._run_stages(self.plan.before_training())
         if getattr(self.task, "reads_release", False):
             self._bind_sampler_to_release()
+        if self.prepared_cache is not None and hasattr(self.encoder, "prepared_cache"):
+            self.encoder.prepared_cache = self.prepared_cache
         self.task.prepare_model(self.encoder)
         self.optimizer = self._build_optimizer()
         self.lr_schedule = self._build_schedule()

@@ -20,12 +20,13 @@ inputs stacked on a last axis (``(n, T, k)`` integers, in the order of the subcl
 from __future__ import annotations
 
 import hashlib
+import logging
 import warnings
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,6 +37,9 @@ from graphveil.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from graphveil.data.graph import RelationalGraph
+    from graphveil.prepared_cache import PreparedCache
+
+log = logging.getLogger(__name__)
 
 #: Frozen lower-layer states of the last prepared graph, keyed by what they depend on.
 _FROZEN_CACHE: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -203,6 +207,9 @@ class CachedLoraEncoder(Encoder):
     dim: int
     device: torch.device = torch.device("cpu")
     cache_dtype: torch.dtype = torch.float32
+    #: Where :meth:`prepare` keeps the frozen states across processes (a federated site's
+    #: folder, set by the session from the site's node config; never from a task option).
+    prepared_cache: PreparedCache | None = None
 
     def _reset(self) -> None:
         self._hidden: torch.Tensor | None = None
@@ -231,8 +238,9 @@ class CachedLoraEncoder(Encoder):
         """Tokenise ``graph.texts`` and cache the frozen lower layers' outputs for every entity.
 
         The frozen states depend only on the base model, the texts and the token cap, so a
-        process that prepares the same graph again (the demo's five runs, a site's rounds)
-        reuses them instead of recomputing.
+        process that prepares the same graph again (the demo's five runs) reuses them instead of
+        recomputing; with :attr:`prepared_cache` set (a federated site), later processes load
+        them from the site's folder (keyed by :meth:`prepared_key`).
         """
         if graph.texts is None:
             raise DataError(f"graph {graph.name!r} has no entity texts; {self.component} encodes text")
@@ -243,7 +251,7 @@ class CachedLoraEncoder(Encoder):
         key = self._cache_key(graph)
         cached = _FROZEN_CACHE.get(key)
         if cached is None:
-            cached = self._compute_frozen(graph)
+            cached = self._stored_or_computed_frozen(graph)
             _FROZEN_CACHE.clear()  # keep one graph's states: they can be hundreds of MB
             _FROZEN_CACHE[key] = cached
         self._hidden, self._mask = cached
@@ -255,11 +263,69 @@ class CachedLoraEncoder(Encoder):
         return (self.component, self.params.model, seed, self.params.max_length, self.first_lora_layer,
                 self._cache_extra(), digest)
 
+    def _stored_or_computed_frozen(self, graph: RelationalGraph) -> tuple[torch.Tensor, torch.Tensor]:
+        """The frozen states from :attr:`prepared_cache` if it holds them for exactly these
+        tokens, weights and layer split (:meth:`prepared_key`), else computed (and stored)."""
+        inputs, mask = self._tokenize(list(graph.texts))
+        store = self.prepared_cache
+        if store is None:
+            return self._compute_frozen(inputs, mask)
+        key = self.prepared_key(inputs, mask)
+
+        def fits(saved: Mapping[str, torch.Tensor]) -> None:  # refuse a file that is not these states
+            hidden, saved_mask = saved.get("hidden"), saved.get("mask")
+            if hidden is None or saved_mask is None:
+                raise ValueError("missing tensors")
+            if tuple(hidden.shape) != (*mask.shape, self.dim) or hidden.dtype != self.cache_dtype:
+                raise ValueError(f"states {hidden.dtype} {list(hidden.shape)}, expected {self.cache_dtype} "
+                                 f"{[*mask.shape, self.dim]}")
+            if not torch.equal(saved_mask, mask):
+                raise ValueError("attention mask differs from the tokenized texts'")
+            if not bool(torch.isfinite(hidden).all()):
+                raise ValueError("non-finite states")
+
+        saved = store.load(key, fits)
+        if saved is not None:
+            return saved["hidden"], mask
+        hidden, mask = self._compute_frozen(inputs, mask)
+        try:
+            store.save(key, {"hidden": hidden, "mask": mask})
+        except OSError as exc:  # a full or read-only disk costs the next round time, not this one
+            log.warning("prepared cache: cannot save the frozen states in %s (%s)", store.directory, exc)
+        return hidden, mask
+
+    def prepared_key(self, inputs: Mapping[str, torch.Tensor], mask: torch.Tensor) -> str:
+        """Key of the frozen states in a :class:`~graphveil.prepared_cache.PreparedCache`: a SHA-256
+        of everything they are a function of — the token inputs and mask of every entity (the
+        site's data, tokenizer and max_length), every frozen weight and buffer of the model, the
+        layer split, the cache dtype, the device type and the torch/transformers versions."""
+        import transformers
+
+        h = hashlib.sha256()
+        meta = ("graphveil-frozen-states-v1", type(self).__qualname__, self.component, self.first_lora_layer,
+                str(self.cache_dtype), self.device.type, torch.__version__, transformers.__version__,
+                repr(self._cache_extra()))
+        h.update(repr(meta).encode("utf-8"))
+        for name in sorted(inputs):
+            _hash_tensor(h, f"input:{name}", inputs[name])
+        _hash_tensor(h, "mask", mask)
+        for name, tensor in sorted(self._frozen_tensors().items()):
+            _hash_tensor(h, f"weight:{name}", tensor)
+        return f"frozen-states:{h.hexdigest()}"
+
+    def _frozen_tensors(self) -> dict[str, torch.Tensor]:
+        """Every parameter that does not train and every buffer of the model (the frozen layers'
+        weights among them)."""
+        base = self.base
+        out = {f"p:{n}": p for n, p in base.named_parameters() if not p.requires_grad}
+        out.update({f"b:{n}": b for n, b in base.named_buffers()})
+        return out
+
     @torch.no_grad()
-    def _compute_frozen(self, graph: RelationalGraph) -> tuple[torch.Tensor, torch.Tensor]:
+    def _compute_frozen(self, inputs: dict[str, torch.Tensor], mask: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
         from tqdm.auto import tqdm
 
-        inputs, mask = self._tokenize(list(graph.texts))
         n, cap = mask.shape
         hidden = torch.empty(n, cap, self.dim, dtype=self.cache_dtype)
         step = self.params.cache_batch_size
@@ -300,3 +366,10 @@ class CachedLoraEncoder(Encoder):
             self.tokenizer.save_pretrained(str(directory))
         else:
             self.peft.save_pretrained(str(directory))
+
+
+def _hash_tensor(h: Any, name: str, tensor: torch.Tensor) -> None:
+    """Feed a tensor's name, dtype, shape and bytes into the hash ``h``."""
+    t = tensor.detach().cpu().contiguous()
+    h.update(repr((name, str(t.dtype), tuple(t.shape))).encode("utf-8"))
+    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")

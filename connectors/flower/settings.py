@@ -195,6 +195,11 @@ class SiteSettings(BaseModel):
         None, alias="ledger-anchor",
         description="File on ANOTHER volume than the ledger where the ledger's head (row count, hash) is "
                     "written after every entry; a ledger restored from a backup or replaced is then refused.")
+    prepared_cache: str | None = Field(
+        None, alias="prepared-cache", min_length=1,
+        description="Folder where the site keeps set-up it would otherwise redo every round (a LoRA "
+                    "encoder's frozen-layer states of its entity texts; graphveil.prepared_cache): an "
+                    "absolute path, or 'off'; default: '<ledger>.prepared' next to the ledger.")
     site_config: Path | None = Field(None, alias="site-config",
                                      description="Optional YAML overriding sections of the run's task (e.g. data.split).")
     min_noise_multiplier: PositiveFinite = Field(
@@ -239,6 +244,22 @@ class SiteSettings(BaseModel):
         if v is not None and not v.is_absolute():
             raise ValueError("must be an absolute path")
         return v
+
+    @field_validator("prepared_cache")
+    @classmethod
+    def _cache_folder(cls, v: str | None) -> str | None:
+        if v is not None and v != "off" and not Path(v).is_absolute():
+            raise ValueError("must be an absolute path or 'off'")
+        return v
+
+    @property
+    def prepared_cache_dir(self) -> Path | None:
+        """The site's prepared-cache folder, or ``None`` if ``prepared-cache = "off"``."""
+        if self.prepared_cache == "off":
+            return None
+        if self.prepared_cache is None:
+            return self.ledger.with_name(self.ledger.name + ".prepared")
+        return Path(self.prepared_cache)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], source: str = "node config") -> SiteSettings:

@@ -7,7 +7,9 @@ One train message = one round at the site (:func:`handle_train`):
    accountant, σ floor, steps per round, no pinned seed or noise) or if the ledger already shows
    the budget spent (no data is touched);
 2. build the site's :class:`~graphveil.session.TrainingSession` on its own graph only (its
-   records store is the ledger) and check the server's arrays (keys, shapes, dtypes, finite);
+   records store is the ledger; its prepared cache the site's ``prepared-cache`` folder, which
+   keeps the frozen encoder layers' outputs of the site's texts between rounds:
+   :mod:`graphveil.prepared_cache`) and check the server's arrays (keys, shapes, dtypes, finite);
 3. write the round's spend to the ledger *before* training (:meth:`PrivacyLedger.reserve`),
    or refuse the round if it would pass the budget, telling the server why (with numbers only
    if the site set ``share-epsilon``);
@@ -21,12 +23,15 @@ One train message = one round at the site (:func:`handle_train`):
    — nothing else leaves.
 
 Errors are logged at the site in full; the server only learns which stage failed, because an
-exception text may quote the data (a malformed record, an entity id).
+exception text may quote the data (a malformed record, an entity id). Each trained round logs
+its timings at the site (``site … round … timings: …``, wall-clock start and end, set-up,
+training and evaluation seconds); they are not sent.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -61,9 +66,20 @@ def _real_session(config: RunConfig, records_store: Any = None) -> Any:
 
 
 class _Stage:
-    """What the site is doing; the only detail of a failure the server learns."""
+    """What the site is doing; the only detail of a failure the server learns. Also the
+    round's timings (seconds; logged at the site only)."""
 
     now = "starting"
+
+    def __init__(self) -> None:
+        self.started, self.cpu, self._last = time.time(), time.process_time(), time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def lap(self, part: str) -> None:
+        """The seconds since the previous lap (or the start) are ``part``'s."""
+        now = time.perf_counter()
+        self.seconds[part] = self.seconds.get(part, 0.0) + now - self._last
+        self._last = now
 
 
 class _Refusal(Exception):
@@ -133,8 +149,14 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, config: Ru
 
         torch.set_num_threads(config.threads)
     stage.now = "preparing the session (loading the site's graph)"
+    stage.lap("checks")  # configs, policy, ledger opened, budget left
     session = session_factory(config, records_store=ledger)
+    if site.prepared_cache_dir is not None and hasattr(session, "prepared_cache"):
+        from graphveil.prepared_cache import PreparedCache
+
+        session.prepared_cache = PreparedCache(site.prepared_cache_dir)
     session.prepare()
+    stage.lap("setup")
     sigma, delta = float(session.noise_multiplier), float(session.delta)
     if sigma < site.min_noise_multiplier or delta != site.delta:  # checked on the task already
         raise _Refusal(records.REFUSED, (
@@ -166,8 +188,11 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, config: Ru
         session.load_trainable_state(incoming)
         # one learning-rate schedule over the federation (training.steps = rounds × local steps):
         # round r's steps take positions (r-1)·local_steps onwards, whatever this site did before
+        stage.lap("reserve")  # arrays checked, spend reserved in the ledger
         session.train(local_steps, schedule_start=(server_round - 1) * local_steps)
+        stage.lap("train")
         entry = ledger.release(reservation, session.accountant)
+        stage.lap("release")
     except BudgetExhaustedError as exc:  # the steps that ran cost more than reserved
         raise _Refusal(records.REFUSED, str(exc), _refusal_metrics(
             exc.spent, delta, exc.budget, exc.projected_epsilon)) from exc
@@ -186,10 +211,17 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, config: Ru
     if site.share_utility_metrics:  # opted in: held-out scores, not privatized
         stage.now = "evaluating on the held-out entities"
         scores = session.evaluate()
+        stage.lap("evaluate")
         metrics.update({"mrr": float(scores["mrr"]), "prec1": float(scores["prec1"])})
     stage.now = "reporting the round to lifecycle plugins"
     _report_round_end(session, site, config, server_round=server_round, steps=local_steps,
                       epsilon=entry.epsilon, sigma=sigma, delta=delta, scores=scores)
+    stage.lap("report")
+    cache = getattr(session, "prepared_cache", None)
+    log.info("site %s round %d timings: started %.3f ended %.3f (unix s); %s; cpu %.3f s; prepared cache %s",
+             site.site_name, server_round, stage.started, time.time(),
+             ", ".join(f"{k} {v:.3f} s" for k, v in stage.seconds.items()), time.process_time() - stage.cpu,
+             "off" if cache is None else f"{cache.hits} hit(s), {cache.misses} miss(es)")
     return records.trained_content(site.site_name, session.trainable_state(), metrics)
 
 

@@ -111,7 +111,7 @@ class SiteRounds(Strategy):
         self.site_names: dict[int, str] = {}
         self.rounds: list[dict[str, Any]] = []
         self._online: list[int] = []
-        self._round_started = 0.0
+        self._round_started = self._round_started_at = 0.0
 
     def summary(self) -> None:
         log(INFO, "\t├──> GraphVeil sites: %d local DP steps per round; refusals and dropouts are logged",
@@ -125,7 +125,7 @@ class SiteRounds(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         config[records.LOCAL_STEPS] = self.local_steps
-        self._round_started = time.monotonic()
+        self._round_started, self._round_started_at = time.monotonic(), time.time()
         self.global_arrays = arrays
         self._online = list(grid.get_node_ids())
         gone = sorted(self._name(n) for n in self.site_names if n not in self._online)
@@ -139,6 +139,7 @@ class SiteRounds(Strategy):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
+        replies_at = time.time()
         self._audit(server_round, replies)
         sites: list[dict[str, Any]] = []
         trained: list[Message] = []
@@ -167,6 +168,9 @@ class SiteRounds(Strategy):
             "round": server_round, "sites": sites, "missing": missing,
             "aggregated": arrays is not None,
             "seconds": time.monotonic() - self._round_started if self._round_started else None,
+            # wall clock (unix s): sent to the sites, every reply in; for timing a round's parts
+            "started-at": self._round_started_at if self._round_started else None,
+            "replies-at": replies_at,
         }
         self.rounds.append(record)
         if self.on_round_end is not None:

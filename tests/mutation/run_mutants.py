@@ -490,6 +490,36 @@ MUTANTS: tuple[Mutant, ...] = (
           "        return self.head(x + 0.1 * x.mean(0, keepdim=True))  # MUTANT\n"),),
     ),
     Mutant(
+        "prepared-key-data", "the site's data (token ids) in the prepared cache's key (a stale hit on changed texts)",
+        (("plugins/hf_common.py",
+          "            _hash_tensor(h, f\"input:{name}\", inputs[name])\n",
+          "            pass  # MUTANT\n"),),
+    ),
+    Mutant(
+        "prepared-key-weights", "the frozen weights in the prepared cache's key (a stale hit on another model)",
+        (("plugins/hf_common.py",
+          "            _hash_tensor(h, f\"weight:{name}\", tensor)\n",
+          "            pass  # MUTANT\n"),),
+    ),
+    Mutant(
+        "prepared-checksum", "the prepared cache file's checksum (a corrupt file is used)",
+        (("framework/prepared_cache.py",
+          "    if hashlib.sha256(payload).hexdigest() != digest:\n",
+          "    if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "prepared-file-key", "the key stored in a prepared cache file (another key's file is used)",
+        (("framework/prepared_cache.py",
+          "    if not isinstance(saved, dict) or saved.get(\"key\") != key:\n",
+          "    if not isinstance(saved, dict):  # MUTANT\n"),),
+    ),
+    Mutant(
+        "prepared-states-check", "the check of loaded frozen states (non-finite or misshapen states are used)",
+        (("plugins/hf_common.py",
+          "            if not bool(torch.isfinite(hidden).all()):\n",
+          "            if False:  # MUTANT\n"),),
+    ),
+    Mutant(
         "bootstrap-replacement", "resampling held-out relations WITH replacement in bootstrap intervals",
         (("framework/evaluation.py",
           "        idx = torch.randint(0, x.numel(), (count, x.numel()), generator=gen)\n",
