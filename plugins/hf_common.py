@@ -23,10 +23,10 @@ import hashlib
 import logging
 import warnings
 from abc import abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,6 +102,26 @@ def loading(path: str) -> Iterator[None]:
         yield
     except (OSError, ValueError) as exc:
         raise ConfigError(f"encoder.model: cannot load a Hugging Face model from {path} ({exc})") from exc
+
+
+_T = TypeVar("_T")
+
+
+def texts_digest(texts: Sequence[str]) -> str:
+    """SHA-256 of a graph's entity texts in order (part of the per-graph cache keys below)."""
+    return hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()
+
+
+def cached_for_last_graph(cache: dict[tuple, _T], key: tuple, compute: Callable[[], _T]) -> _T:
+    """``cache[key]``, else ``compute()`` kept as the cache's only entry: a process keeps one
+    graph's encoder set-up (it can be hundreds of MB) for the runs or rounds that prepare that
+    graph again (a demo's rows)."""
+    value = cache.get(key)
+    if value is None:
+        value = compute()
+        cache.clear()
+        cache[key] = value
+    return value
 
 
 def check_device(cls: type, value: str) -> str:
@@ -248,20 +268,14 @@ class CachedLoraEncoder(Encoder):
             inputs, mask = self._tokenize(list(graph.texts))
             self._hidden, self._mask = torch.stack(list(inputs.values()), -1), mask
             return
-        key = self._cache_key(graph)
-        cached = _FROZEN_CACHE.get(key)
-        if cached is None:
-            cached = self._stored_or_computed_frozen(graph)
-            _FROZEN_CACHE.clear()  # keep one graph's states: they can be hundreds of MB
-            _FROZEN_CACHE[key] = cached
-        self._hidden, self._mask = cached
+        self._hidden, self._mask = cached_for_last_graph(
+            _FROZEN_CACHE, self._cache_key(graph), lambda: self._stored_or_computed_frozen(graph))
 
     def _cache_key(self, graph: RelationalGraph) -> tuple:
-        digest = hashlib.sha256("\x00".join(graph.texts).encode("utf-8")).hexdigest()
         # A tiny model's frozen weights are random: its seed is part of what the states depend on.
         seed = self.params.seed if self.params.model in self.random_models else None
         return (self.component, self.params.model, seed, self.params.max_length, self.first_lora_layer,
-                self._cache_extra(), digest)
+                self._cache_extra(), texts_digest(graph.texts))
 
     def _stored_or_computed_frozen(self, graph: RelationalGraph) -> tuple[torch.Tensor, torch.Tensor]:
         """The frozen states from :attr:`prepared_cache` if it holds them for exactly these

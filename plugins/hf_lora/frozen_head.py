@@ -39,7 +39,6 @@ available (the cache stays in CPU memory; each batch's rows are moved to the dev
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
@@ -51,7 +50,7 @@ from torch import nn
 
 from graphveil.components import Encoder
 from graphveil.errors import ConfigError, DataError
-from graphveil.plugins.hf_common import check_device
+from graphveil.plugins.hf_common import cached_for_last_graph, check_device, texts_digest
 
 if TYPE_CHECKING:
     from graphveil.data.graph import RelationalGraph
@@ -163,19 +162,14 @@ class FrozenHeadEncoder(Encoder):
             if graph.texts is None:
                 raise DataError(f"graph {graph.name!r} has no entity texts; encoder.model {p.model!r} "
                                 "encodes text (encoder.model: features reads feature vectors)")
-            key = self._cache_key(graph.texts)
-            x = _EMBEDDING_CACHE.get(key)
-            if x is None:
-                x = self._embed_texts(graph.texts)
-                _EMBEDDING_CACHE.clear()  # one graph's rows at a time
-                _EMBEDDING_CACHE[key] = x
+            x = cached_for_last_graph(_EMBEDDING_CACHE, self._cache_key(graph.texts),
+                                      lambda: self._embed_texts(graph.texts))
         self._x = F.normalize(x, dim=-1) if p.normalize else x
 
     def _cache_key(self, texts: Sequence[str]) -> tuple:
         p = self.params
-        digest = hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()
         seed = p.seed if p.model == "tiny-bert" else None  # its frozen weights are random
-        return (p.model, seed, p.max_length, p.dtype, digest)
+        return (p.model, seed, p.max_length, p.dtype, texts_digest(texts))
 
     @torch.no_grad()
     def _embed_texts(self, texts: Sequence[str]) -> torch.Tensor:
