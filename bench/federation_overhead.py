@@ -18,8 +18,8 @@ Each site runs with ``threads = 1`` and ``share-utility-metrics = true`` (so it 
                  every site runs its round in a guarded ClientApp process, replies,
                  aggregation), with the site's prepared cache (``prepared-cache``, the frozen
                  encoder layers' outputs kept between rounds) and, in the same run, without it
-                 (``--cache both``, default); the guard's spare ClientApp process is on
-                 (``--spare off`` turns it off).
+                 (``--cache both``, default); each site's guard forks the round's ClientApp
+                 process from its fork server (``--fork-server off``: a fresh process per task).
 
 Overhead = (federated round − local) / local. Where the rest goes, for each round's slowest
 site, from the server's timestamps (``rounds.jsonl``) and the site's timing log line: ``to
@@ -162,15 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="folder for the federation's files and the JSON result")
     parser.add_argument("--cache", choices=("both", "on", "off"), default="both",
                         help="federate with the sites' prepared cache, without it, or both (default)")
-    parser.add_argument("--spare", choices=("on", "off"), default="on",
-                        help="the guard's spare ClientApp process (default on)")
+    parser.add_argument("--fork-server", choices=("on", "off"), default="on",
+                        help="the guard's fork server (default on; off: a fresh ClientApp process per task)")
     parser.add_argument("--warm-site", nargs=2, metavar=("NODE_CONFIG", "RUN_CONFIG_JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.warm_site:
         warm_site(Path(args.warm_site[0]), args.warm_site[1])
         return 0
 
-    from graphveil.connectors.flower.guard import SPARE_ENV
+    from graphveil.connectors.flower.guard import FORK_SERVER_ENV
     from graphveil.connectors.flower.loopback import LoopbackFederation, write_node_config
     from graphveil.connectors.flower.partition import write_partition
     from graphveil.data import load_bundled_citeseer
@@ -205,14 +205,15 @@ def main(argv: list[str] | None = None) -> int:
         configs = node_configs(tag, cache)
         with LoopbackFederation(root / f"federation-{tag}") as loop:
             loop.env["OMP_NUM_THREADS"] = "1"
-            loop.env[SPARE_ENV] = "1" if args.spare == "on" else "0"
+            loop.env[FORK_SERVER_ENV] = "1" if args.fork_server == "on" else "0"
             loop.make_credentials(sites)
             loop.start_server()
             loop.register(sites)
             for name in sites:
                 loop.start_site(name, configs[name])
             loop.wait_online(len(sites))
-            time.sleep(20 if args.spare == "on" else 0)  # let the spares import, as between runs at a real site
+            # let the fork servers import, as they have long before a run at a real site
+            time.sleep(20 if args.fork_server == "on" else 0)
             load_before = _load()
             run_dir, total, _ = loop.run({**overrides, "output-dir": str(root / f"server-out-{tag}")})
             load_after = _load()
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "sites": len(sites), "rounds": args.rounds, "model": run_config["task.encoder.model"],
         "local_steps": run_config["local-steps"], "batch_size": run_config["task.sampler.batch_size"],
-        "spare": args.spare, "local_round_seconds": local_best, "local_tries": local,
+        "fork_server": args.fork_server, "local_round_seconds": local_best, "local_tries": local,
         **{key: {**fed, "median": statistics.median(fed["round_seconds"]),
                  "overhead_share": (statistics.median(fed["round_seconds"]) - local_best) / local_best}
            for key, fed in federations.items()},
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     (root / "federation_overhead.json").write_text(json.dumps(result, indent=2))
     print(f"three-site loopback federation, {result['model']}, {result['local_steps']} local steps of batch "
           f"{result['batch_size']} + held-out evaluation per round ({args.rounds} rounds; TLS + SuperNode "
-          f"auth on; spare {args.spare}; 2-core machine shared by all processes)")
+          f"auth on; fork server {args.fork_server}; 2-core machine shared by all processes)")
     tries = ", ".join(f"{t['seconds']:.2f} (load {t['load']:.1f})" for t in local)
     print(f"  local round (slowest of 3 warm sites at once): {local_best:.2f} s best; tries {tries}")
     for key, fed in federations.items():

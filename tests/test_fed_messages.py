@@ -260,16 +260,16 @@ def test_server_loop_in_process_survives_a_refusal_and_a_dropout(tmp_path: Path)
     fed = FederationSettings.from_run_config(run_config)
 
     calls = {"n": 0}
-    original = grid.send_and_receive
+    original = grid.push_messages
 
-    def send(messages, *, timeout=None):
+    def push(messages):
         messages = list(messages)
         calls["n"] += bool(messages)  # the (empty) evaluation exchanges do not count
         if calls["n"] == 3:
             grid.drop.add(2)  # b dies during round 3
-        return original(messages, timeout=timeout)
+        return original(messages)
 
-    grid.send_and_receive = send
+    grid.push_messages = push
 
     from graphveil.hookspecs import hookimpl
     from graphveil.host import PluginHost
@@ -508,3 +508,35 @@ def test_a_site_refuses_to_train_on_a_ledger_restored_from_a_backup(tmp_path: Pa
     assert site["status"] != records.TRAINED and records.ARRAYS not in reply.array_records
     assert "LedgerError" in site["reason"]
     assert len(FakeSession.instances) == 2  # no session was built for round 3: no data read
+
+
+def test_prompt_grid_pulls_until_every_reply_is_in_or_the_timeout() -> None:
+    """The ServerApp asks for replies every ``poll`` seconds instead of Flower's 3 s, and, as
+    Flower's grid, returns once every message has its reply, or what came by ``timeout``."""
+    import time
+    from types import SimpleNamespace
+
+    from graphveil.connectors.flower.strategy import PromptGrid
+
+    class SlowGrid:  # replies to message i become available at the (i+2)-th pull
+        def __init__(self) -> None:
+            self.pulls = 0
+
+        def push_messages(self, messages):
+            return [f"m{i}" for i, _ in enumerate(messages)]
+
+        def pull_messages(self, ids):
+            self.pulls += 1
+            return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i))
+                    for i in ids if int(i[1:]) + 2 <= self.pulls]
+
+    grid = SlowGrid()
+    started = time.monotonic()
+    replies = PromptGrid(grid, poll=0.05).send_and_receive(["a", "b", "c"], timeout=30)
+    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m0", "m1", "m2"]
+    assert grid.pulls == 4 and time.monotonic() - started < 2  # no 3 s sleeps between pulls
+    never = SlowGrid()
+    never.pull_messages = lambda ids: []
+    started = time.monotonic()
+    assert PromptGrid(never, poll=0.05).send_and_receive(["a"], timeout=0.3) == []
+    assert 0.3 <= time.monotonic() - started < 1.5

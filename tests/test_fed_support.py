@@ -204,6 +204,7 @@ class LocalGrid:
         self.offline: set[int] = set()
         self.drop: set[int] = set()
         self.sent: list[Any] = []
+        self._replies: dict[str, Any] = {}
 
     def set_run(self, run: Any) -> None:  # pragma: no cover - unused
         self._run = run
@@ -220,19 +221,17 @@ class LocalGrid:
     def get_node_ids(self) -> list[int]:
         return [n for n in self.sites if n not in self.offline]
 
-    def push_messages(self, messages):  # pragma: no cover - unused
-        raise NotImplementedError
+    def push_messages(self, messages):
+        """Each message is handled at once; its reply waits for :meth:`pull_messages`."""
+        from uuid import uuid4
 
-    def pull_messages(self, message_ids):  # pragma: no cover - unused
-        raise NotImplementedError
-
-    def send_and_receive(self, messages, *, timeout=None):
         from flwr.app import Error, Message
 
         from graphveil.connectors.flower.site import handle_train
 
-        replies = []
+        ids = []
         for msg in messages:
+            msg.metadata.__dict__["_message_id"] = str(uuid4())  # as Flower's grids do
             self.sent.append(msg)
             node = msg.metadata.dst_node_id
             if node in self.drop:
@@ -240,8 +239,15 @@ class LocalGrid:
             else:
                 content = handle_train(msg.content, self.sites[node], session_factory=self.session_factory)
                 reply = Message(content, reply_to=msg)
-            replies.append(reply)
-        return replies
+            self._replies[msg.metadata.message_id] = reply
+            ids.append(msg.metadata.message_id)
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self._replies.pop(i) for i in list(message_ids) if i in self._replies]
+
+    def send_and_receive(self, messages, *, timeout=None):  # pragma: no cover - PromptGrid's is used
+        return self.pull_messages(self.push_messages(messages))
 
 
 def site_context(node_id: int, node_config: dict[str, Any], run_config: dict[str, Any], run_id: int = 1) -> Any:

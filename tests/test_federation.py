@@ -224,8 +224,8 @@ def test_fewer_sites_than_min_sites_fail_the_run_after_sites_timeout(federation:
     assert {n: (federation.root / "ledgers" / f"{n}.sqlite").stat().st_mtime for n in SITES} == before
 
 
-# ------------------------------------------------------------------ the guard's spare ClientApp
-_HANDED = re.compile(r"task handed to spare ClientApp process (\d+)")
+# ------------------------------------------------------------------ the guard's fork server
+_SENT = re.compile(r"task sent to fork server (\d+)")
 
 
 def _group(pgid: int) -> dict[int, str]:
@@ -245,50 +245,34 @@ def _group(pgid: int) -> dict[int, str]:
     return out
 
 
-def test_tasks_run_in_spares_imported_before_they_arrived(federation: Federation) -> None:
-    """A task goes to a spare only after the spare logged its imports done (else, on a loaded
-    machine, to a fresh process). Each site's first task ran in a spare; once the replacement
-    spares are imported, a further run's task goes to them too (started before it arrived)."""
-    import time
-
-    def handed(log: str) -> list[tuple[int, int]]:
-        return [(m.start(), int(m.group(1))) for m in _HANDED.finditer(log)]
-
-    def check(name: str) -> list[tuple[int, int]]:
-        log = federation.loop.log(name)
-        tasks = handed(log)
-        fresh = log.count("task given a fresh ClientApp process")
-        assert tasks and log.count("approved (FAB sha256") == len(tasks) + fresh
-        for at, pid in tasks:
-            ready = log.find(f"spare ClientApp process {pid}: imports done in")
-            assert 0 <= ready < at, f"{name}: process {pid} was handed a task before it was imported"
-            assert re.search(rf"spare ClientApp process {pid}: task received [0-9.]+ s after", log)
-        assert tasks[0][0] < log.index("approved (FAB sha256")  # the first task: a spare
-        return tasks
-
-    before = {name: check(name) for name in SITES}
-    started = {name: max(int(m.group(1)) for m in re.finditer(r"spare ClientApp process (\d+) started",
-                                                              federation.loop.log(name))) for name in SITES}
-    deadline = time.monotonic() + 300
-    while not all(f"process {started[n]}: imports done" in federation.loop.log(n) for n in SITES):
-        assert time.monotonic() < deadline, "the spares did not finish importing in 300 s"
-        time.sleep(1)
-    federation.loop.run({**RUN_CONFIG, "num-server-rounds": 1, "output-dir": str(federation.root / "spare-out")})
+def test_every_task_was_forked_by_the_fork_server(federation: Federation) -> None:
+    """Each site started one fork server, and every task (every approved FAB check) ran in a
+    process it forked after its imports were done: none got a fresh process, so no round
+    imported torch beside its training."""
     for name in SITES:
-        after = check(name)
-        assert after[len(before[name])][1] == started[name], f"{name}: the new task skipped the spare"
+        log = federation.loop.log(name)
+        servers = re.findall(r"fork server (\d+) started", log)
+        assert len(servers) == 1, f"{name}: {servers}"
+        sent = [int(m.group(1)) for m in _SENT.finditer(log)]
+        assert sent and set(sent) == {int(servers[0])}, f"{name}: {sent}"
+        assert "task given a fresh ClientApp process" not in log
+        forked = re.findall(r"ClientApp process (\d+) forked for a task", log)
+        assert len(forked) == len(sent) == log.count("approved (FAB sha256"), name
+        assert len(set(forked)) == len(forked), f"{name}: a process ran two tasks: {forked}"
+        imported = log.index(f"fork server {servers[0]}: imports done in")
+        assert all(log.index(f"ClientApp process {pid} forked") > imported for pid in forked)
 
 
-def test_no_spare_outlives_its_supernode(federation: Federation) -> None:
+def test_no_fork_server_outlives_its_supernode(federation: Federation) -> None:
     """Runs last: stops site-1's SuperNode (SIGTERM to it alone) and SIGKILLs site-2's guard
-    executor; the waiting spares must exit by themselves (nothing signals their group)."""
+    executor; the fork servers must exit by themselves (nothing signals their group)."""
     import os
     import signal
     import time
 
     procs = {n: federation.loop.processes[n] for n in ("site-1", "site-2")}
     for proc in procs.values():
-        assert any("--spare" in c for c in _group(proc.pid).values()), _group(proc.pid)
+        assert any("guard forkserver" in c for c in _group(proc.pid).values()), _group(proc.pid)
     (executor,) = [p for p, c in _group(procs["site-2"].pid).items() if "guard executor" in c]
     os.kill(procs["site-1"].pid, signal.SIGTERM)
     os.kill(executor, signal.SIGKILL)
@@ -296,7 +280,7 @@ def test_no_spare_outlives_its_supernode(federation: Federation) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         left = {**_group(procs["site-1"].pid),
-                **{p: c for p, c in _group(procs["site-2"].pid).items() if "--spare" in c}}
+                **{p: c for p, c in _group(procs["site-2"].pid).items() if "guard forkserver" in c}}
         if not left:
             break
         time.sleep(0.5)

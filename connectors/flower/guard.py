@@ -11,14 +11,17 @@ pins the app itself, at the SuperNode boundary, with code installed at the site:
 * :func:`run_executor` (started by ``graphveil fed site`` next to the SuperNode; it stops when the
   SuperNode stops) takes the SuperNode's ClientApp tasks from its local Runtime API, as Flower's
   SuperExec does, and runs each task in a guarded ClientApp process of its own
-  (:func:`run_guarded_clientapp`). To keep ~8 s of imports out of every round, one such process
-  is started ahead of time as a *spare*: it imports the site's installed packages (torch,
-  transformers, GraphVeil, Flower; :data:`PREIMPORT`), then waits for a task token on its stdin.
-  A task goes to the spare only once the spare reports its imports done (else to a fresh
-  process, as without a spare: a slow start must not outlast the task token's heartbeat), and a
-  new spare is started; each task still gets a process of its own, with the same environment
-  and the same checks below. A spare exits when its stdin closes
-  or its executor dies (:func:`wait_for_token`). ``GRAPHVEIL_CLIENTAPP_SPARE=0`` turns it off.
+  (:func:`run_guarded_clientapp`). To keep ~8-13 s of imports out of every round, that process
+  is *forked* from a fork server (:func:`serve_forks`) the executor starts with the site: it
+  imports the site's installed packages once (torch, transformers, GraphVeil, Flower;
+  :data:`PREIMPORT`; never the FAB's code), runs nothing else, and forks one child per task
+  token it reads. Each task still gets a process of its own (a fresh copy of the imported,
+  untouched parent), with the same environment and the same checks below, and the imports no
+  longer run beside a round's training. A token that arrives while the server is still
+  importing waits in its pipe (no later than a fresh process would start); if the server is
+  gone, the task gets a fresh process and the server is restarted. The fork server exits when
+  its pipe closes or its executor dies. ``GRAPHVEIL_CLIENTAPP_FORKSERVER=0`` turns it off (a
+  fresh process per task).
 * The guarded process pulls the task input (FAB bytes, run, context, message) exactly like
   ``flwr-clientapp``, computes SHA-256 over the FAB bytes itself (never trusting the hash the
   SuperLink announced) and compares it with the site's approved list. An unapproved FAB is never
@@ -35,13 +38,14 @@ The approved list is the node config key ``approved-apps`` read from the site's 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from logging import ERROR, INFO
 from pathlib import Path
 
@@ -51,10 +55,10 @@ BUNDLED = "bundled"
 #: Environment variable carrying the task token to the guarded ClientApp (not on its argv).
 TOKEN_ENV = "GV_CLIENTAPP_TOKEN"
 REFUSAL = "app not approved by this site"
-#: Set to 0 in the SuperNode's environment to start every ClientApp process only when its task
-#: arrives (no spare process imported ahead of time).
-SPARE_ENV = "GRAPHVEIL_CLIENTAPP_SPARE"
-#: What a spare imports before it has a task: installed site code only, never the FAB's.
+#: Set to 0 in the SuperNode's environment to start every ClientApp process afresh when its task
+#: arrives (no fork server importing ahead of time).
+FORK_SERVER_ENV = "GRAPHVEIL_CLIENTAPP_FORKSERVER"
+#: What the fork server imports before it forks tasks: installed site code only, never the FAB's.
 PREIMPORT = ("torch", "transformers", "peft", "flwr.supernode.runtime.run_clientapp",
              "graphveil.session", "graphveil.connectors.flower.site")
 
@@ -166,7 +170,7 @@ def run_guarded_clientapp(runtime_api_address: str, token: str, approved: Iterab
 
 
 # --------------------------------------------------------------------------------------------
-# the spare: a ClientApp process whose imports are done before its task arrives
+# the fork server: imports once, then forks one guarded ClientApp process per task
 # --------------------------------------------------------------------------------------------
 
 
@@ -174,7 +178,8 @@ def preimport() -> None:
     """Import :data:`PREIMPORT` and the built-in GraphVeil plugins with the classes their
     component hooks import (imports only: the plugins are registered on a throwaway host, which
     is dropped; the task builds its own. Nothing is configured or read that a task would
-    otherwise set up, and no third-party plugin is touched)."""
+    otherwise set up, no torch operation runs (a forked child starts with torch's thread pools
+    untouched) and no third-party plugin is touched)."""
     import importlib
     import importlib.util
     from importlib.metadata import entry_points
@@ -190,41 +195,87 @@ def preimport() -> None:
             scratch.register(ep.load(), ep.name)
 
 
-def wait_for_token(stream=None, ready_fd: int | None = None) -> str:  # noqa: ANN001 - text stream
-    """The spare's life before its task: import, tell the executor on ``ready_fd``, then read one
-    token line from ``stream`` (stdin by default).
+def _reseed_inherited_rngs() -> None:
+    """A forked child starts with its parent's generator states. Python's ``random`` reseeds
+    itself at fork; numpy's and torch's global generators do not, so reseed them from the OS as
+    a fresh process would be (GraphVeil's noise and sampling never use them — ``os.urandom``
+    per draw and per-round ``secrets`` seeds — but an app's own code might)."""
+    import numpy as np
+    import torch
 
-    Returns ``""`` when the executor closed the pipe (it stopped) or died while this process was
-    still importing (its parent changed); the caller then exits without touching the Runtime API.
-    """
+    np.random.seed()
+    torch.seed()
+
+
+def run_forked_task(runtime_api_address: str, node_config: str, parent_pid: int | None,
+                    token: str) -> int:
+    """A forked child's task: the guarded ClientApp for ``token``."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # the task pipe is the fork server's alone
+    os.close(devnull)
+    _reseed_inherited_rngs()
+    _log(INFO, "ClientApp process %d forked for a task", os.getpid())
+    run_guarded_clientapp(runtime_api_address, token, approved_from_node_config(node_config), parent_pid)
+    return 0
+
+
+def _child_exit_code(run_task: Callable[[str], int], token: str) -> int:
+    """Run a forked child's task; its exit code, as Python would give it at exit."""
+    import traceback
+
+    try:
+        return run_task(token)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - reported here; the server goes on
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def serve_forks(run_task: Callable[[str], int], fd: int = 0,
+                imports: Callable[[], None] = preimport) -> None:
+    """The fork server's life: ``imports()``, then read task tokens (one per line) from ``fd``
+    and fork a child for each that exits with ``run_task(token)``, until ``fd`` closes (the
+    executor stopped) or the executor (this process's parent) dies. Tokens that arrive while it
+    is still importing wait in the pipe."""
+    import select
     import threading
 
-    stream = stream if stream is not None else sys.stdin
-    executor, handed_off = os.getppid(), threading.Event()
+    executor, imported = os.getppid(), threading.Event()
 
-    def orphan_watch() -> None:  # stdin EOF is only seen after the imports: watch the parent too
-        while not handed_off.wait(0.2):
+    def orphan_watch() -> None:  # EOF on fd is only read after the imports: watch the parent too
+        while not imported.wait(0.2):
             if os.getppid() != executor:
                 os._exit(0)
 
-    threading.Thread(target=orphan_watch, daemon=True).start()
+    watcher = threading.Thread(target=orphan_watch, daemon=True)
+    watcher.start()
     started = time.monotonic()
-    preimport()
-    ready = time.monotonic()
-    _log(INFO, "spare ClientApp process %d: imports done in %.1f s, waiting for a task", os.getpid(),
-         ready - started)
-    if ready_fd is not None:
-        try:
-            os.write(ready_fd, b"1")
-            os.close(ready_fd)
-        except OSError:  # the executor is gone: so is this process's reason to exist
-            return ""
-    token = stream.readline().strip()
-    handed_off.set()
-    if token:
-        _log(INFO, "spare ClientApp process %d: task received %.1f s after its imports were done",
-             os.getpid(), time.monotonic() - ready)
-    return token
+    imports()
+    imported.set()
+    watcher.join()  # no other thread of this process may be running when it forks
+    _log(INFO, "fork server %d: imports done in %.1f s, forking a ClientApp process per task",
+         os.getpid(), time.monotonic() - started)
+    pending, children = b"", set()
+    while os.getppid() == executor:
+        readable = select.select([fd], [], [], 0.5)[0]
+        for pid in list(children):  # reap finished children
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                children.discard(pid)
+        if not readable:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return
+        *lines, pending = (pending + chunk).split(b"\n")
+        for token in filter(None, (line.strip().decode() for line in lines)):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(_child_exit_code(run_task, token))  # skip the server's own shutdown
+            children.add(pid)
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,85 +284,56 @@ def wait_for_token(stream=None, ready_fd: int | None = None) -> str:  # noqa: AN
 
 
 def clientapp_argv(runtime_api_address: str, node_config: str, parent_pid: int,
-                   spare: bool = False) -> list[str]:
-    return [sys.executable, "-m", "graphveil.connectors.flower.guard", "clientapp",
+                   command: str = "clientapp") -> list[str]:
+    return [sys.executable, "-m", "graphveil.connectors.flower.guard", command,
             "--runtime-api-address", runtime_api_address, "--node-config", node_config,
-            "--parent-pid", str(parent_pid), *(["--spare"] if spare else [])]
+            "--parent-pid", str(parent_pid)]
 
 
-def spare_enabled() -> bool:
-    return os.environ.get(SPARE_ENV, "1").strip() not in ("0", "false", "no", "off")
+def fork_server_enabled() -> bool:
+    return os.environ.get(FORK_SERVER_ENV, "1").strip() not in ("0", "false", "no", "off")
 
 
-class Spare(subprocess.Popen):
-    """A spare ClientApp process and the read end of the pipe it reports readiness on."""
-
-    ready_fd: int
-    is_ready: bool = False
-
-    def ready(self) -> bool:
-        """True once the spare wrote its byte (its imports are done); never blocks."""
-        import select
-
-        if not self.is_ready and self.ready_fd >= 0 and select.select([self.ready_fd], [], [], 0)[0]:
-            self.is_ready = os.read(self.ready_fd, 1) == b"1"
-        return self.is_ready
+def start_fork_server(runtime_api_address: str, node_config: str) -> subprocess.Popen:
+    """The fork server, with this process's environment (as a per-task process gets it)."""
+    server = subprocess.Popen(clientapp_argv(runtime_api_address, node_config, os.getpid(), "forkserver"),
+                              stdin=subprocess.PIPE, env=dict(os.environ))
+    _log(INFO, "fork server %d started", server.pid)
+    return server
 
 
-def start_spare(runtime_api_address: str, node_config: str) -> Spare:
-    """A guarded ClientApp process that imports now and takes its token on stdin later. Its
-    environment is this process's, as a per-task process gets it (minus the token variable)."""
-    read_fd, write_fd = os.pipe()
-    try:
-        spare = Spare([*clientapp_argv(runtime_api_address, node_config, os.getpid(), spare=True),
-                       "--ready-fd", str(write_fd)],
-                      stdin=subprocess.PIPE, text=True, env=dict(os.environ), pass_fds=(write_fd,))
-    except BaseException:
-        os.close(read_fd)
-        raise
-    finally:
-        os.close(write_fd)
-    spare.ready_fd = read_fd
-    _log(INFO, "spare ClientApp process %d started", spare.pid)
-    return spare
-
-
-def hand_off(spare: Spare, token: str) -> bool:
-    """Give ``token`` to ``spare`` if its imports are done; False if not ready or gone (the task
-    then gets a fresh process and ``spare`` waits for the next one)."""
-    if spare.poll() is not None or not spare.ready():
+def send_task(server: subprocess.Popen, token: str) -> bool:
+    """Queue ``token`` at the fork server; False if it is gone (the task then gets a fresh
+    process)."""
+    if server.poll() is not None:
         return False
-    _close_ready_fd(spare)
     try:
-        spare.stdin.write(token + "\n")
-        spare.stdin.close()
+        server.stdin.write(token.encode() + b"\n")
+        server.stdin.flush()
     except (BrokenPipeError, OSError):
         return False
     return True
 
 
-def _close_ready_fd(spare: Spare) -> None:
-    if spare.ready_fd >= 0:
-        os.close(spare.ready_fd)
-        spare.ready_fd = -1
-
-
-def stop_spare(spare: Spare | None) -> None:
-    if spare is None:
+def stop_fork_server(server: subprocess.Popen | None) -> None:
+    """Close its pipe (it exits at EOF, leaving running tasks to finish); terminate it if it is
+    still importing after 2 s."""
+    if server is None or server.poll() is not None:
         return
-    _close_ready_fd(spare)
-    if spare.poll() is not None:
-        return
-    spare.stdin.close()  # the spare exits on EOF; terminate it if it is still importing
     try:
-        spare.wait(timeout=2)
+        server.stdin.close()
+    except OSError:
+        pass
+    try:
+        server.wait(timeout=2)
     except subprocess.TimeoutExpired:
-        spare.terminate()
+        server.terminate()
 
 
 def run_executor(runtime_api_address: str, node_config: str, parent_pid: int | None = None,
                  poll: float = 0.25) -> None:
-    """Take ClientApp tasks from the SuperNode's Runtime API; start a guarded process for each.
+    """Take ClientApp tasks from the SuperNode's Runtime API; run each in a guarded process of its
+    own, forked by the fork server (or started fresh if there is none).
 
     ``poll``: seconds between two asks for a task (a local call; a round waits half of it on
     average before its process starts)."""
@@ -332,30 +354,25 @@ def run_executor(runtime_api_address: str, node_config: str, parent_pid: int | N
         interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperExec")],
         retry_invoker=make_simple_http_retry_invoker())
     children: list[subprocess.Popen] = []
-    use_spare = spare_enabled()
-    spare = start_spare(runtime_api_address, node_config) if use_spare else None
+    server = start_fork_server(runtime_api_address, node_config) if fork_server_enabled() else None
     try:
         while True:
             res = client.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
             if res.HasField("task") and res.token:
-                if spare is not None and hand_off(spare, res.token):
-                    _log(INFO, "task handed to spare ClientApp process %d", spare.pid)
-                    children.append(spare)
-                    spare = start_spare(runtime_api_address, node_config)
+                if server is not None and send_task(server, res.token):
+                    _log(INFO, "task sent to fork server %d", server.pid)
                 else:
                     env = {**os.environ, TOKEN_ENV: res.token}
                     children.append(subprocess.Popen(
                         clientapp_argv(runtime_api_address, node_config, os.getpid()), env=env))
-                    if spare is not None:
-                        _log(INFO, "task given a fresh ClientApp process %d (spare %d still importing)",
-                             children[-1].pid, spare.pid)
-                    if spare is not None and spare.poll() is not None:  # died: replace it
-                        stop_spare(spare)
-                        spare = start_spare(runtime_api_address, node_config)
+                    if server is not None:  # it died: this task starts fresh, the next is forked
+                        _log(INFO, "task given a fresh ClientApp process %d (fork server %d exited "
+                             "with %s; restarting it)", children[-1].pid, server.pid, server.returncode)
+                        server = start_fork_server(runtime_api_address, node_config)
             children = [c for c in children if c.poll() is None]  # reap finished ones
             time.sleep(poll)
     finally:
-        stop_spare(spare)
+        stop_fork_server(server)
         client.close()
 
 
@@ -381,15 +398,11 @@ def _site_logging() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m graphveil.connectors.flower.guard")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("executor", "clientapp", "check"):
+    for name in ("executor", "forkserver", "clientapp", "check"):
         p = sub.add_parser(name)
         p.add_argument("--runtime-api-address", required=True)
         p.add_argument("--node-config", required=True)
         p.add_argument("--parent-pid", type=int)
-        if name == "clientapp":
-            p.add_argument("--spare", action="store_true",
-                           help="import first, then read the task token from stdin (started by the executor)")
-            p.add_argument("--ready-fd", type=int, help="with --spare: write one byte here when imported")
     args = parser.parse_args(argv)
     if args.command == "check":  # graphveil fed site: refuse a bad approved-apps before Flower starts
         try:
@@ -402,12 +415,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "executor":
         run_executor(args.runtime_api_address, args.node_config, args.parent_pid)
         return 0
-    token = os.environ.pop(TOKEN_ENV, "")
     _site_logging()
-    if args.spare:
-        token = wait_for_token(ready_fd=args.ready_fd)
-        if not token:  # the executor stopped before it had a task for this process
-            return 0
+    if args.command == "forkserver":  # started by the executor; tokens come on stdin
+        serve_forks(functools.partial(run_forked_task, args.runtime_api_address, args.node_config,
+                                      args.parent_pid))
+        return 0
+    token = os.environ.pop(TOKEN_ENV, "")
     if not token:
         print(f"{TOKEN_ENV} is not set", file=sys.stderr)
         return 2

@@ -32,7 +32,12 @@ from flwr.serverapp import Grid, ServerApp
 
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.settings import FederationSettings
-from graphveil.connectors.flower.strategy import SiteRounds, SitesUnavailableError, make_strategy
+from graphveil.connectors.flower.strategy import (
+    PromptGrid,
+    SiteRounds,
+    SitesUnavailableError,
+    make_strategy,
+)
 from graphveil.host import PluginHost, default_host, read_only
 
 
@@ -65,7 +70,7 @@ def run_federation(grid: Grid, fed: FederationSettings, *, run_id: int = 0,
     )
     started = time.time()
     try:
-        result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=fed.num_server_rounds,
+        result = strategy.start(grid=PromptGrid(grid), initial_arrays=initial, num_rounds=fed.num_server_rounds,
                                 timeout=fed.round_timeout, train_config=ConfigRecord())
     except SitesUnavailableError as exc:
         summary = {"run-id": run_id, "status": "failed", "error": str(exc), "settings": fed.to_run_config(),

@@ -70,6 +70,33 @@ class _DeadlineGrid:
         return getattr(self._grid, name)
 
 
+class PromptGrid:
+    """``grid`` with a ``send_and_receive`` that asks for replies every ``poll`` seconds: Flower
+    1.41's asks every 3 s, so a round waited 1.5 s on average after its last reply (a local
+    call to the SuperLink's ServerAppIo API, cheap to make often). Same contract: push, then
+    pull until every message has its reply or ``timeout`` passes."""
+
+    def __init__(self, grid: Grid, poll: float = 0.2) -> None:
+        self._grid, self._poll = grid, poll
+
+    def send_and_receive(self, messages: Iterable[Message], *,
+                         timeout: float | None = None) -> Iterable[Message]:
+        waiting = set(self._grid.push_messages(messages))
+        end = time.monotonic() + (timeout if timeout is not None else 0.0)
+        replies: list[Message] = []
+        while timeout is None or time.monotonic() < end:
+            got = list(self._grid.pull_messages(waiting))
+            replies.extend(got)
+            waiting.difference_update(m.metadata.reply_to_message_id for m in got)
+            if not waiting:
+                break
+            time.sleep(self._poll)
+        return replies
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+
 def make_strategy(name: str, *, min_sites: int, fraction_train: float,
                   server_lr: float = 0.01, server_tau: float = 1e-3) -> FedAvg:
     """FedAvg (``"fedavg"``) or FedAdam (``"fedadam"``, Reddi et al. 2021) over the adapters,
