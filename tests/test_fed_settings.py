@@ -276,3 +276,30 @@ def test_partition_is_disjoint_and_files_load_back_exactly(tmp_path: Path) -> No
         assert {tuple(e) for e in back.edges.tolist()} == {tuple(e) for e in part.edges.tolist()}
     with pytest.raises(ConfigError):
         partition_graph(g, 13)
+
+
+def test_waiting_for_a_run_polls_less_often_as_it_ages(monkeypatch) -> None:
+    """Each status poll is a ``flwr list`` process (~1.8 s CPU): ``--wait`` polls every 2 s at
+    first, then every tenth of the time waited, at most 30 s, and returns at ``finished``."""
+    from graphveil.connectors.flower import control
+
+    clock = {"t": 0.0}
+    sleeps: list[float] = []
+    monkeypatch.setattr(control.time, "monotonic", lambda: clock["t"])
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock["t"] += seconds
+
+    monkeypatch.setattr(control.time, "sleep", sleep)
+    monkeypatch.setattr(control, "run_status", lambda run_id, connection: {
+        "status": "finished:completed" if clock["t"] >= 600 else "running"})
+    assert control.wait_for_run(7, None, timeout=3600)["status"] == "finished:completed"
+    assert sleeps[0] == 2.0 and max(sleeps) == 30.0
+    assert all(b >= a for a, b in zip(sleeps[:-1], sleeps[1:], strict=True))  # never more often later
+    assert len(sleeps) < 60  # a fixed 2 s would have polled 300 times in 600 s
+    monkeypatch.setattr(control, "run_status", lambda run_id, connection: {"status": "running"})
+    clock["t"], sleeps[:] = 0.0, []
+    with pytest.raises(control.FlowerError, match="still 'running' after 100 s"):
+        control.wait_for_run(7, None, timeout=100)
+    assert clock["t"] <= 100 + 30

@@ -116,13 +116,21 @@ def run_status(run_id: int, connection: str | None, timeout: float = 60.0) -> di
     return _flwr_json(argv, timeout)["runs"][0]
 
 
-def wait_for_run(run_id: int, connection: str | None, timeout: float, poll: float = 2.0) -> dict[str, Any]:
-    """Poll until the run's status is ``finished:*``; raise :class:`FlowerError` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
+def wait_for_run(run_id: int, connection: str | None, timeout: float, poll: float = 2.0,
+                 max_poll: float = 30.0) -> dict[str, Any]:
+    """Poll until the run's status is ``finished:*``; raise :class:`FlowerError` after ``timeout`` s.
+
+    Each poll is a ``flwr list`` process (~1.8 s of CPU: Python and Flower's imports), so the wait
+    between polls grows with the run's age — ``poll`` s at first, a tenth of the time waited so
+    far later, at most ``max_poll`` s: a fixed 2 s kept most of a core busy for the whole run,
+    taken from the training it waits for when both share a machine."""
+    started = time.monotonic()
+    deadline = started + timeout
     while True:
         status = run_status(run_id, connection)
         if str(status.get("status", "")).startswith("finished"):
             return status
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise FlowerError(f"run {run_id} still {status.get('status')!r} after {timeout:.0f} s")
-        time.sleep(poll)
+        time.sleep(min(max_poll, max(poll, 0.1 * (now - started)), max(0.0, deadline - now) + 0.01))
