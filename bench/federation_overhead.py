@@ -1,16 +1,19 @@
-"""Federation overhead: a three-site loopback federation round vs the sites' local training.
+"""Federation overhead: a loopback federation round (three sites by default) vs the sites' local training.
 
 Run from a source checkout (it starts SuperLink/SuperNodes through ``deploy/scripts``)::
 
-    python bench/federation_overhead.py [--rounds 3] [--cache both|on|off] [--model tiny-bert]
+    python bench/federation_overhead.py [--rounds 3] [--sites 3] [--local-steps 10] [--cache both|on|off]
+                                        [--model tiny-bert]
 
 The realistic round is the shipped app's default task (``connectors/flower/app/pyproject.toml``:
 MiniLM + LoRA, 10 local steps, batch 64, held-out evaluation at each site) on a third of the
 bundled CiteSeer text graph per site; ``--model tiny-bert`` (max_length 16) is the small case.
 Each site runs with ``threads = 1`` and ``share-utility-metrics = true`` (so it evaluates).
+Three sites share this machine's cores (on 2 cores, a site that starts late finishes alone on one
+core); ``--sites 1`` measures one site's round without that, as on a site's own machine.
 
-* ``local``      the local training of a round: in three warm processes started together (one
-                 per site, the same contention as the federation's three sites), each having
+* ``local``      the local training of a round: in warm processes started together (one
+                 per site, the same contention as the federation's sites), each having
                  prepared its session, the local DP steps and the held-out evaluation; the
                  slowest site's wall time (from one "go" to the last site done), best of two
                  tries before and two after the federation;
@@ -98,7 +101,7 @@ def warm_site(node_config: Path, run_config_json: str) -> None:
 
 
 def local_rounds(configs: dict[str, Path], run_config: dict, tries: int, env: dict) -> list[dict]:
-    """``tries`` local rounds of the three sites at once in warm processes (see the module note)."""
+    """``tries`` local rounds of the sites at once in warm processes (see the module note)."""
     procs = [subprocess.Popen([sys.executable, __file__, "--warm-site", str(path), json.dumps(run_config)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
              for path in configs.values()]
@@ -162,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="folder for the federation's files and the JSON result")
     parser.add_argument("--cache", choices=("both", "on", "off"), default="both",
                         help="federate with the sites' prepared cache, without it, or both (default)")
+    parser.add_argument("--sites", type=int, choices=(1, 2, 3), default=3,
+                        help="sites in the federation (each a third of CiteSeer; default 3). With 1, the "
+                             "round is not slowed by other sites sharing this machine's cores")
     parser.add_argument("--fork-server", choices=("on", "off"), default="on",
                         help="the guard's fork server (default on; off: a fresh ClientApp process per task)")
     parser.add_argument("--warm-site", nargs=2, metavar=("NODE_CONFIG", "RUN_CONFIG_JSON"), help=argparse.SUPPRESS)
@@ -177,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="graphveil-fed-bench-"))
     root.mkdir(parents=True, exist_ok=True)
-    sites = ("site-1", "site-2", "site-3")
+    sites = tuple(f"site-{i + 1}" for i in range(args.sites))
     overrides: dict = {"num-server-rounds": args.rounds, "min-sites": len(sites),
                        "output-dir": str(root / "server-out")}
     if args.local_steps is not None:
@@ -187,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model == "tiny-bert":
         overrides.update({"task.encoder.model": "tiny-bert", "task.encoder.max_length": 16})
     run_config = _app_run_config(overrides)
-    parts = write_partition(load_bundled_citeseer(), len(sites), root / "data", seed=0)
+    parts = write_partition(load_bundled_citeseer(), 3, root / "data", seed=0)[: len(sites)]
 
     def node_configs(tag: str, cache: bool) -> dict[str, Path]:
         return {name: write_node_config(root / f"{name}-{tag}.toml", {
@@ -239,11 +245,11 @@ def main(argv: list[str] | None = None) -> int:
            for key, fed in federations.items()},
     }
     (root / "federation_overhead.json").write_text(json.dumps(result, indent=2))
-    print(f"three-site loopback federation, {result['model']}, {result['local_steps']} local steps of batch "
+    print(f"{len(sites)}-site loopback federation, {result['model']}, {result['local_steps']} local steps of batch "
           f"{result['batch_size']} + held-out evaluation per round ({args.rounds} rounds; TLS + SuperNode "
           f"auth on; fork server {args.fork_server}; 2-core machine shared by all processes)")
     tries = ", ".join(f"{t['seconds']:.2f} (load {t['load']:.1f})" for t in local)
-    print(f"  local round (slowest of 3 warm sites at once): {local_best:.2f} s best; tries {tries}")
+    print(f"  local round (slowest of {len(sites)} warm site(s) at once): {local_best:.2f} s best; tries {tries}")
     for key, fed in federations.items():
         print(f"  federated round, {key.replace('_', ' ')}: median {result[key]['median']:.2f} s, overhead "
               f"{result[key]['overhead_share']:+.1%}; load {fed['load_before_after'][0]:.1f} -> "

@@ -103,6 +103,9 @@ _FIRST_STEP = 0.3
 _FIRST_STEP_REVERSE = 0.07
 #: below log Ψ = this, Ψ − 1 is summed directly rather than taken from log Ψ.
 _DIRECT_BELOW = 0.5
+#: quadrature over this many β or more is split into _QUAD_GROUPS groups run in threads.
+_GROUP_FROM = 16
+_QUAD_GROUPS = 2
 #: closed-form columns this far (in nats) below a larger-s column are dropped.
 _PRUNE_NATS = 750.0
 
@@ -558,7 +561,10 @@ def log_psi_excess_quad_many(betas: Sequence[float], log_w: np.ndarray, sigma: f
     agree); pairs of one row with nearby bands share points, on which log P/Q is evaluated
     once for all of them (:func:`_trapezoid`). A pair's value depends on the other β asked for
     only through those shared points' extent (extra points outside its band add mass below
-    e^{−BAND_NATS} of it).
+    e^{−BAND_NATS} of it). From :data:`_GROUP_FROM` β on, the β (in sorted order) are dealt
+    alternately into :data:`_QUAD_GROUPS` groups integrated in threads of their own (numpy
+    releases the GIL in its loops, so the groups run on separate cores); the grouping depends
+    on the β alone, so the values do not depend on the machine.
 
     :param betas: α for Ψ_α(P ‖ Q), or 1 − α for Ψ_α(Q ‖ P) = E_Q (P/Q)^{1−α}; each ≥ 1 or ≤ 0.
     :param log_w: ``(rows, M)`` log mixture weights of P = Σ_μ w_μ N(μ, σ²), μ = 0…M−1, each row
@@ -568,6 +574,22 @@ def log_psi_excess_quad_many(betas: Sequence[float], log_w: np.ndarray, sigma: f
     """
     betas = np.asarray(betas, dtype=float).reshape(-1)
     log_w = np.atleast_2d(np.asarray(log_w, dtype=float))
+    if betas.size < _GROUP_FROM:
+        return _quad_group(betas, log_w, sigma)
+    from concurrent.futures import ThreadPoolExecutor
+
+    order = np.argsort(betas, kind="stable")
+    groups = [order[g::_QUAD_GROUPS] for g in range(_QUAD_GROUPS)]
+    with ThreadPoolExecutor(max_workers=_QUAD_GROUPS) as pool:
+        parts = list(pool.map(lambda g: _quad_group(betas[g], log_w, sigma), groups))
+    out = np.empty((betas.size, log_w.shape[0]))
+    for g, part in zip(groups, parts, strict=True):
+        out[g] = part
+    return out
+
+
+def _quad_group(betas: np.ndarray, log_w: np.ndarray, sigma: float) -> np.ndarray:
+    """:func:`log_psi_excess_quad_many` for one group of β, in the calling thread."""
     rows, width = log_w.shape
     if not betas.size:
         return np.zeros((0, rows))

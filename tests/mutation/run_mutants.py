@@ -531,6 +531,20 @@ MUTANTS: tuple[Mutant, ...] = (
           "    d_rr = 1.0 / ranks.double() - 1.0 / base_ranks.double()\n",
           "    d_rr = 1.0 / ranks.double() - 1.0 / base_ranks.double().flip(0)  # MUTANT\n"),),
     ),
+    Mutant(
+        "forkserver-reseed-numpy", "a forked ClientApp reseeds numpy's global generator",
+        (("connectors/flower/guard.py", "    np.random.seed()\n", "    pass  # MUTANT\n"),),
+    ),
+    Mutant(
+        "forkserver-reseed-torch", "a forked ClientApp reseeds torch's default generator",
+        (("connectors/flower/guard.py", "    torch.seed()\n", "    pass  # MUTANT\n"),),
+    ),
+    Mutant(
+        "forkserver-fork-per-task", "the fork server runs each task in a child of its own (not itself)",
+        (("connectors/flower/guard.py",
+          "            pid = os.fork()\n",
+          "            pid = 0  # MUTANT: the server itself runs the task\n"),),
+    ),
 )
 
 # Not a real mutant: breaks the import of graphveil in the copy. --self-test runs it to prove
