@@ -754,12 +754,16 @@ def thmc1_rdp(orders: Sequence[float], sigma: float, gamma: float, m: int, n: in
     log_w = thmc1_log_weights(gamma, K, rho)
     forward = np.empty((orders.size, rho.size))
     integer = orders == np.round(orders)
-    if integer.any():
-        log_psi = lattice_log_psi_int(orders[integer].astype(int), log_w, sigma)
-        forward[integer] = _log_expm1(np.maximum(log_psi, 0.0))
-    if not integer.all():
-        forward[~integer] = log_psi_excess_quad_many(orders[~integer], log_w, sigma)
-    reverse = log_psi_excess_quad_many(1.0 - orders, log_w, sigma)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the closed form beside the quadratures
+        lattice = pool.submit(lattice_log_psi_int, orders[integer].astype(int), log_w, sigma) \
+            if integer.any() else None
+        if not integer.all():
+            forward[~integer] = log_psi_excess_quad_many(orders[~integer], log_w, sigma)
+        reverse = log_psi_excess_quad_many(1.0 - orders, log_w, sigma)
+        if lattice is not None:
+            forward[integer] = _log_expm1(np.maximum(lattice.result(), 0.0))
     log_fwd = nodes.log_expectation(forward[:, inverse])
     log_rev = nodes.log_expectation(reverse[:, inverse])
     return np.maximum(np.logaddexp(0.0, log_fwd), np.logaddexp(0.0, log_rev)) / (orders - 1)
