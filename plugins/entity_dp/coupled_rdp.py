@@ -38,8 +38,8 @@ its relative precision.
    at h and 2h agree to 1e-10 (the rule converges geometrically for these analytic integrands;
    the agreement test is a numerical check, not a proven bound). Where Ψ is close to 1 the
    integrand φ(t)·expm1(β·log1p(P/Q − 1)) of Ψ − 1 is summed directly, plus a rounding
-   allowance. All orders are integrated together (:func:`log_psi_excess_quad_many`): the
-   points are a lattice t = k·h per ℓ shared by the orders whose bands lie close, so P/Q is
+   allowance. All orders are integrated together (:func:`log_psi_excess_quad_many`; many
+   orders in two groups, each in a thread of its own): the points are a lattice t = k·h per ℓ shared by the orders whose bands lie close, so P/Q is
    evaluated once for all of them, and the halved steps are nested, so each refinement
    evaluates only the new midpoints. Each refinement forms the sums of all unfinished pairs
    together, in blocks of pairs with rows of similar length (no loop over segments).
