@@ -62,7 +62,8 @@ def test_a_failing_task_does_not_stop_the_server(tmp_path: Path) -> None:
     def flaky(token: str) -> int:
         if token == "boom":
             raise RuntimeError("task failed")
-        out.open("a").write(token + "\n")
+        with out.open("a") as f:
+            f.write(token + "\n")
         return 0
 
     read_fd, write_fd = os.pipe()
@@ -110,3 +111,34 @@ def test_forked_tasks_do_not_share_the_parents_generator_states() -> None:
     here = [np.random.rand(), torch.rand(1).item()]
     assert draws[0] == here  # without a reseed the child repeats the parent's next draws
     assert draws[1][0] != here[0] and draws[1][1] != here[1]
+
+
+def test_a_failed_import_ahead_does_not_lose_the_tasks(tmp_path: Path) -> None:
+    """Tokens queued while the server imports still run if the imports fail (a task then
+    imports what it needs itself): the first task of a round must not vanish in the pipe."""
+    out = tmp_path / "tasks.jsonl"
+
+    def broken_imports() -> None:
+        raise ImportError("no module named 'torch'")
+
+    def record(token: str) -> int:
+        with out.open("a") as f:
+            f.write(token + "\n")
+        return 0
+
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"queued\n")  # before the server even starts
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(write_fd)
+            guard.serve_forks(record, fd=read_fd, imports=broken_imports)
+        finally:
+            os._exit(0)
+    os.close(read_fd)
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not out.exists():
+        time.sleep(0.05)
+    assert out.read_text() == "queued\n"

@@ -254,7 +254,11 @@ def serve_forks(run_task: Callable[[str], int], fd: int = 0,
     watcher = threading.Thread(target=orphan_watch, daemon=True)
     watcher.start()
     started = time.monotonic()
-    imports()
+    try:
+        imports()
+    except Exception as exc:  # noqa: BLE001 - each task then imports what it needs itself
+        _log(ERROR, "fork server %d: importing ahead failed (%s: %s); tasks import for themselves",
+             os.getpid(), type(exc).__name__, exc)
     imported.set()
     watcher.join()  # no other thread of this process may be running when it forks
     _log(INFO, "fork server %d: imports done in %.1f s, forking a ClientApp process per task",
