@@ -152,5 +152,7 @@ def test_the_table_runs_on_a_users_graph_with_set(tmp_path: Path, capsys) -> Non
         private = r["run"] not in ("base", "nonprivate")
         assert (r["sigma"] > 0 and 0 < r["epsilon"] <= 10.0 * (1 + 1e-6)) if private else r["epsilon"] == "inf"
         assert ("gain_kept" in r) == private
-    assert "with --set data.source=edge_list" in (out / "table.md").read_text()
+    table = (out / "table.md").read_text()
+    assert "with --set data.source=edge_list" in table
+    assert "Cora" not in table.splitlines()[0]  # the caption does not name the bundled graph it replaced
     assert "ΔMRR vs base" in printed

@@ -277,9 +277,18 @@ def run_demo(quick: bool = False, output: Path | None = None, progress: bool = T
         lambda root: demo_configs(quick, root, progress, overrides=overrides, setting=setting),
         output=output, default_name=f"{name}-quick" if quick else name,
         load=lambda cfg: load_graph(cfg.data), columns=lambda _result: RELATIONAL_COLUMNS,
-        records_store=records, caption=SETTINGS[setting][3] + (" — with --set " + " ".join(overrides)
-                                                               if overrides else ""),
-        row_result=paired)
+        records_store=records, caption=demo_caption(setting, overrides), row_result=paired)
+
+
+def demo_caption(setting: str, overrides: list[str] | None) -> str:
+    """The setting's caption; with ``--set data.…`` the bundled graph it names is not the one
+    used, so the caption names the setting and the overrides instead."""
+    if not overrides:
+        return SETTINGS[setting][3]
+    if any(item.startswith("data.") for item in overrides):
+        return (f"zero-shot relation prediction on held-out entities ({setting} settings) — with --set "
+                + " ".join(overrides))
+    return SETTINGS[setting][3] + " — with --set " + " ".join(overrides)
 
 
 # --------------------------------------------------------------- shared by every demo task
