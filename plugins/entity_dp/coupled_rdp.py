@@ -41,8 +41,9 @@ its relative precision.
    allowance. All orders are integrated together (:func:`log_psi_excess_quad_many`; many
    orders in two groups, each in a thread of its own): the points are a lattice t = k·h per
    ℓ shared by the orders whose bands lie close, so P/Q is evaluated once for all of them,
-   and the halved steps are nested, so each refinement evaluates only the new midpoints. Each refinement forms the sums of all unfinished pairs
-   together, in blocks of pairs with rows of similar length (no loop over segments).
+   and the halved steps are nested, so each refinement evaluates only the new midpoints.
+   Each refinement forms the sums of all unfinished pairs together, in blocks of pairs with
+   rows of similar length (no loop over segments).
 3. *The expectation over ℓ, conservatively.* The exact window [lo, hi] leaves binomial mass
    ≤ e^{−80} on each side (Chernoff bound, log P ≤ −m·KL(b/m ‖ γ)). A_α is convex in ρ (Ψ is
    jointly convex and P_ℓ is affine in ρ_ℓ), hence convex in ℓ up to n/k_neg and constant
