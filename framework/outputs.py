@@ -86,19 +86,20 @@ class RunDirectory:
         self._metrics.close()
 
 
+def format_cell(row: Mapping[str, Any], key: str, spec: str) -> str:
+    """One table cell: ``-`` if absent (or NaN), ``∞`` for infinity, else ``format(value, spec)``."""
+    value = row.get(key)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float) and math.isinf(value):
+        return "∞"
+    return format(value, spec) if spec else str(value)
+
+
 def format_table(rows: Iterable[Mapping[str, Any]], columns: list[tuple[str, str, str]]) -> str:
     """Plain-text table. ``columns`` holds (key, header, format spec)."""
     rows = list(rows)
-
-    def cell(row: Mapping[str, Any], key: str, spec: str) -> str:
-        value = row.get(key)
-        if value is None:
-            return "-"
-        if isinstance(value, float) and math.isinf(value):
-            return "∞"
-        return format(value, spec) if spec else str(value)
-
-    body = [[cell(r, k, s) for k, _, s in columns] for r in rows]
+    body = [[format_cell(r, k, s) for k, _, s in columns] for r in rows]
     headers = [h for _, h, _ in columns]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(headers)]
 

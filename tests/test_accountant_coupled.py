@@ -144,6 +144,20 @@ def test_closed_form_agrees_with_quadrature_at_integer_orders(log_q: float, sigm
     np.testing.assert_allclose(C.log_psi_excess_quad(float(alpha), mixture, sigma), lat, rtol=1e-9)
 
 
+def test_lattice_split_into_threads_equals_each_row_alone() -> None:
+    """Many rows go to threads in halves; each row's values are those it gets alone (the
+    halves put back in order, and a half's own column pruning changes nothing)."""
+    rho = np.sort(np.random.default_rng(3).uniform(1e-4, 0.9, size=2 * C._GROUP_FROM + 1))
+    log_w = C.thmc1_log_weights(0.05, 5, rho)
+    orders = [2, 3, 7, 20, 64]
+    together = C.lattice_log_psi_int(orders, log_w, 0.7)
+    alone = np.concatenate([C.lattice_log_psi_int(orders, log_w[r:r + 1], 0.7) for r in range(rho.size)],
+                           axis=1)
+    np.testing.assert_array_equal(together, alone)
+    with pytest.raises(ValueError, match="integer orders"):
+        C.lattice_log_psi_int([0, 2], log_w, 0.7)
+
+
 # ------------------------------------------------------------------ the expectation over ℓ
 def _brute(orders: np.ndarray, sigma: float, gamma: float, m: int, n: int, K: int, k_neg: int,
            *, standard: bool) -> np.ndarray:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -45,7 +44,7 @@ from graphveil.config import (
 )
 from graphveil.errors import ConfigError
 from graphveil.evaluation import paired_delta
-from graphveil.outputs import RunDirectory, dumps, format_table
+from graphveil.outputs import RunDirectory, dumps, format_cell, format_table
 from graphveil.records_store import MemoryRecordsStore
 from graphveil.runner import TAIL_COLUMNS, run_training
 
@@ -230,7 +229,8 @@ def paired_row_fields(key: str, ranks: Any, base_ranks: Any, nonprivate_gain: fl
         lo, hi = out["mrr_delta_ci"]
         out["mrr_delta_text"] = f"{out['mrr_delta']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
     if nonprivate_gain is not None and key not in ("base", "nonprivate"):
-        out["gain_kept"] = out["mrr_delta"] / nonprivate_gain if nonprivate_gain > 0 else float("nan")
+        # no gain to keep when non-private training did not improve on the base: no share
+        out["gain_kept"] = out["mrr_delta"] / nonprivate_gain if nonprivate_gain > 0 else None
     return out
 
 
@@ -348,18 +348,8 @@ def run_comparison(title: str, build: Callable[[Path], Sequence[tuple[str, RunCo
     return json.loads(json.dumps(rows, default=str))
 
 
-def cell(row: Mapping[str, Any], key: str, spec: str) -> str:
-    """One table cell as :func:`~graphveil.outputs.format_table` prints it (``-`` if absent, ∞)."""
-    value = row.get(key)
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float) and math.isinf(value):
-        return "∞"
-    return format(value, spec) if spec else str(value)
-
-
 def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Columns) -> str:
     """The same table as :func:`~graphveil.outputs.format_table`, as GitHub markdown."""
     lines = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r, k, s) for k, _, s in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join(format_cell(r, k, s) for k, _, s in columns) + " |" for r in rows]
     return "\n".join(lines)

@@ -104,7 +104,8 @@ _FIRST_STEP = 0.3
 _FIRST_STEP_REVERSE = 0.07
 #: below log Ψ = this, Ψ − 1 is summed directly rather than taken from log Ψ.
 _DIRECT_BELOW = 0.5
-#: quadrature over this many β or more is split into _QUAD_GROUPS groups run in threads.
+#: quadrature over this many β or more, and the closed form over this many rows or more, is split
+#: into _QUAD_GROUPS groups run in threads.
 _GROUP_FROM = 16
 _QUAD_GROUPS = 2
 #: closed-form columns this far (in nats) below a larger-s column are dropped.
@@ -626,14 +627,31 @@ def lattice_log_psi_int(alphas: Sequence[int], log_w: np.ndarray, sigma: float) 
     are dropped from the left: every later contribution of s is dominated by that of the larger
     s (the multiplier e^{μ(s−μ)/σ²} of a step grows with s), so the loss is < e^{−700}·Ψ.
 
+    Rows are independent: from :data:`_GROUP_FROM` rows on they are split into
+    :data:`_QUAD_GROUPS` halves run in threads of their own (numpy releases the GIL in its loops).
+    A half prunes its own columns, and a pruned column adds < e^{−PRUNE_NATS} of Ψ, so the
+    values are those of one pass over all the rows.
+
     :returns: ``(len(alphas), rows)``.
     """
+    if not len(alphas) or min(int(a) for a in alphas) < 1:
+        raise ValueError(f"integer orders >= 1 expected, got {alphas!r}")
     log_w = np.atleast_2d(np.asarray(log_w, dtype=float))
+    if log_w.shape[0] < _GROUP_FROM:
+        return _lattice_rows(alphas, log_w, sigma)
+    from concurrent.futures import ThreadPoolExecutor
+
+    halves = np.array_split(log_w, _QUAD_GROUPS)
+    with ThreadPoolExecutor(max_workers=_QUAD_GROUPS) as pool:
+        parts = list(pool.map(lambda part: _lattice_rows(alphas, part, sigma), halves))
+    return np.concatenate(parts, axis=1)
+
+
+def _lattice_rows(alphas: Sequence[int], log_w: np.ndarray, sigma: float) -> np.ndarray:
+    """:func:`lattice_log_psi_int` for some rows, in the calling thread."""
     rows, width = log_w.shape
     log_a = log_w - np.arange(width) ** 2 / (2.0 * sigma**2)
     wanted = sorted({int(a) for a in alphas})
-    if not wanted or wanted[0] < 1:
-        raise ValueError(f"integer orders >= 1 expected, got {alphas!r}")
     found: dict[int, np.ndarray] = {}
     coef, offset = log_a, 0  # coef[:, j] holds s = offset + j
     for power in range(1, wanted[-1] + 1):
@@ -645,8 +663,9 @@ def lattice_log_psi_int(alphas: Sequence[int], log_w: np.ndarray, sigma: float) 
                 np.maximum(peak[:, mu:mu + size], x, out=peak[:, mu:mu + size])
             peak[~np.isfinite(peak)] = 0.0
             total = np.zeros_like(peak)
-            for mu, x in enumerate(shifted):
-                total[:, mu:mu + size] += np.exp(x - peak[:, mu:mu + size])
+            for mu, x in enumerate(shifted):  # x is not used again: exp in place
+                np.subtract(x, peak[:, mu:mu + size], out=x)
+                total[:, mu:mu + size] += np.exp(x, out=x)
             with np.errstate(divide="ignore"):
                 coef = np.log(total) + peak
         s = offset + np.arange(coef.shape[1], dtype=float)

@@ -207,6 +207,12 @@ MUTANTS: tuple[Mutant, ...] = (
           "            pending[q] = False  # MUTANT\n"),),
     ),
     Mutant(
+        "lattice-halves", "the order of the closed form's row halves run in threads (put back reversed)",
+        (("plugins/entity_dp/coupled_rdp.py",
+          "    return np.concatenate(parts, axis=1)\n",
+          "    return np.concatenate(parts[::-1], axis=1)  # MUTANT\n"),),
+    ),
+    Mutant(
         "quad-nested", "the nested refinement of the quadrature (the coarser sum not halved)",
         (("plugins/entity_dp/coupled_rdp.py",
           "                s_h += prev / 2\n",
