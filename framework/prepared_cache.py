@@ -128,6 +128,22 @@ class PreparedCache:
         self._evict(path)
         return path
 
+    def load_or_compute(self, key: str, compute: Callable[[], Mapping[str, torch.Tensor]],
+                        check: Callable[[Mapping[str, torch.Tensor]], None] | None = None
+                        ) -> Mapping[str, torch.Tensor]:
+        """The tensors saved under ``key`` (refused as :meth:`load` refuses), else ``compute()``,
+        saved for the next time; a folder that cannot be written costs the next call time, not
+        this one (logged)."""
+        saved = self.load(key, check)
+        if saved is not None:
+            return saved
+        tensors = compute()
+        try:
+            self.save(key, tensors)
+        except OSError as exc:
+            log.warning("prepared cache: cannot save in %s (%s)", self.directory, exc)
+        return tensors
+
     def _evict(self, newest: Path) -> None:
         files = [p for p in self.directory.glob(f"*{SUFFIX}") if p != newest and not p.name.startswith(".")]
         files.sort(key=lambda p: p.stat().st_mtime, reverse=True)

@@ -20,7 +20,6 @@ inputs stacked on a last axis (``(n, T, k)`` integers, in the order of the subcl
 from __future__ import annotations
 
 import hashlib
-import logging
 import warnings
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,8 +37,6 @@ from graphveil.errors import ConfigError, DataError
 if TYPE_CHECKING:
     from graphveil.data.graph import RelationalGraph
     from graphveil.prepared_cache import PreparedCache
-
-log = logging.getLogger(__name__)
 
 #: Frozen lower-layer states of the last prepared graph, keyed by what they depend on.
 _FROZEN_CACHE: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -109,7 +106,69 @@ _T = TypeVar("_T")
 
 def texts_digest(texts: Sequence[str]) -> str:
     """SHA-256 of a graph's entity texts in order (part of the per-graph cache keys below)."""
-    return hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()
+    h = hashlib.sha256()
+    _hash_texts(h, texts)
+    return h.hexdigest()
+
+
+def _hash_texts(h: Any, texts: Sequence[str]) -> None:
+    """Feed the texts into ``h``, each with its length (no two lists of texts feed the same bytes)."""
+    h.update(f"texts:{len(texts)}".encode())
+    for text in texts:
+        raw = text.encode("utf-8")
+        h.update(len(raw).to_bytes(8, "little"))
+        h.update(raw)
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> bytes | None:
+    """What a fast tokenizer's output depends on, beyond the texts and the call's own options:
+    its whole pipeline (vocabulary, normaliser, pre-tokeniser, model, post-processor, added
+    tokens — the backend's JSON, less the truncation and padding a call sets), its class, the
+    sides it pads and truncates on, and its special token ids. ``None`` for a slow (Python)
+    tokenizer, whose behaviour lives in code: its output is what a key must hold then."""
+    import json
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    pipeline = json.loads(backend.to_str())
+    pipeline.pop("truncation", None)
+    pipeline.pop("padding", None)
+    special = {name: getattr(tokenizer, f"{name}_token_id", None)
+               for name in ("bos", "eos", "unk", "sep", "pad", "cls", "mask")}
+    python_side = (type(tokenizer).__qualname__, tokenizer.padding_side, tokenizer.truncation_side, special)
+    return (repr(python_side) + json.dumps(pipeline, sort_keys=True)).encode("utf-8")
+
+
+def frozen_key(label: str, meta: tuple, texts: Sequence[str], tokenizer: Any,
+               weights: Mapping[str, torch.Tensor],
+               tokens: Callable[[], tuple[Mapping[str, torch.Tensor], torch.Tensor]]) -> str:
+    """Key in a :class:`~graphveil.prepared_cache.PreparedCache` of something computed from a
+    graph's texts by a frozen text model: a SHA-256 of ``meta`` (the caller's options: token
+    cap, layers, dtype, device type, ...), the torch / transformers / tokenizers versions, the
+    texts with the tokenizer's fingerprint (so a hit needs no tokenizing) — or, for a slow
+    tokenizer, the ``tokens()`` it produces — and every frozen weight and buffer."""
+    import transformers
+
+    try:
+        import tokenizers
+        tokenizers_version = tokenizers.__version__
+    except ImportError:  # slow tokenizers only: their output is hashed instead
+        tokenizers_version = None
+    h = hashlib.sha256()
+    h.update(repr((label, meta, torch.__version__, transformers.__version__, tokenizers_version)).encode("utf-8"))
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    if fingerprint is None:
+        inputs, mask = tokens()
+        for name in sorted(inputs):
+            _hash_tensor(h, f"input:{name}", inputs[name])
+        _hash_tensor(h, "mask", mask)
+    else:
+        h.update(fingerprint)
+        _hash_texts(h, texts)
+    for name, tensor in sorted(weights.items()):
+        _hash_tensor(h, f"weight:{name}", tensor)
+    return f"{label}:{h.hexdigest()}"
 
 
 def cached_for_last_graph(cache: dict[tuple, _T], key: tuple, compute: Callable[[], _T]) -> _T:
@@ -279,53 +338,42 @@ class CachedLoraEncoder(Encoder):
 
     def _stored_or_computed_frozen(self, graph: RelationalGraph) -> tuple[torch.Tensor, torch.Tensor]:
         """The frozen states from :attr:`prepared_cache` if it holds them for exactly these
-        tokens, weights and layer split (:meth:`prepared_key`), else computed (and stored)."""
-        inputs, mask = self._tokenize(list(graph.texts))
+        texts, tokenizer, weights and layer split (:meth:`prepared_key`; a hit tokenizes
+        nothing), else computed (and stored)."""
+        texts = list(graph.texts)
+        tokens = _once(lambda: self._tokenize(texts))
         store = self.prepared_cache
         if store is None:
-            return self._compute_frozen(inputs, mask)
-        key = self.prepared_key(inputs, mask)
+            return self._compute_frozen(*tokens())
+        key = self.prepared_key(texts, tokens)
+        rows, cap = len(texts), self.params.max_length
 
         def fits(saved: Mapping[str, torch.Tensor]) -> None:  # refuse a file that is not these states
-            hidden, saved_mask = saved.get("hidden"), saved.get("mask")
-            if hidden is None or saved_mask is None:
+            hidden, mask = saved.get("hidden"), saved.get("mask")
+            if hidden is None or mask is None:
                 raise ValueError("missing tensors")
-            if tuple(hidden.shape) != (*mask.shape, self.dim) or hidden.dtype != self.cache_dtype:
+            if tuple(hidden.shape) != (rows, cap, self.dim) or hidden.dtype != self.cache_dtype:
                 raise ValueError(f"states {hidden.dtype} {list(hidden.shape)}, expected {self.cache_dtype} "
-                                 f"{[*mask.shape, self.dim]}")
-            if not torch.equal(saved_mask, mask):
-                raise ValueError("attention mask differs from the tokenized texts'")
+                                 f"{[rows, cap, self.dim]}")
+            if tuple(mask.shape) != (rows, cap) or mask.dtype != torch.bool or not bool(mask.any(1).all()):
+                raise ValueError(f"mask {mask.dtype} {list(mask.shape)} is not one of {rows} token rows")
             if not bool(torch.isfinite(hidden).all()):
                 raise ValueError("non-finite states")
 
-        saved = store.load(key, fits)
-        if saved is not None:
-            return saved["hidden"], mask
-        hidden, mask = self._compute_frozen(inputs, mask)
-        try:
-            store.save(key, {"hidden": hidden, "mask": mask})
-        except OSError as exc:  # a full or read-only disk costs the next round time, not this one
-            log.warning("prepared cache: cannot save the frozen states in %s (%s)", store.directory, exc)
-        return hidden, mask
+        saved = store.load_or_compute(key, lambda: dict(zip(("hidden", "mask"), self._compute_frozen(*tokens()),
+                                                            strict=True)), fits)
+        return saved["hidden"], saved["mask"]
 
-    def prepared_key(self, inputs: Mapping[str, torch.Tensor], mask: torch.Tensor) -> str:
-        """Key of the frozen states in a :class:`~graphveil.prepared_cache.PreparedCache`: a SHA-256
-        of everything they are a function of — the token inputs and mask of every entity (the
-        site's data, tokenizer and max_length), every frozen weight and buffer of the model, the
-        layer split, the cache dtype, the device type and the torch/transformers versions."""
-        import transformers
-
-        h = hashlib.sha256()
-        meta = ("graphveil-frozen-states-v1", type(self).__qualname__, self.component, self.first_lora_layer,
-                str(self.cache_dtype), self.device.type, torch.__version__, transformers.__version__,
-                repr(self._cache_extra()))
-        h.update(repr(meta).encode("utf-8"))
-        for name in sorted(inputs):
-            _hash_tensor(h, f"input:{name}", inputs[name])
-        _hash_tensor(h, "mask", mask)
-        for name, tensor in sorted(self._frozen_tensors().items()):
-            _hash_tensor(h, f"weight:{name}", tensor)
-        return f"frozen-states:{h.hexdigest()}"
+    def prepared_key(self, texts: Sequence[str],
+                     tokens: Callable[[], tuple[Mapping[str, torch.Tensor], torch.Tensor]] | None = None) -> str:
+        """Key of the frozen states in a :class:`~graphveil.prepared_cache.PreparedCache`
+        (:func:`frozen_key`): the site's texts and tokenizer (its data, tokenizer and
+        max_length), every frozen weight and buffer of the model, the layer split, the cache
+        dtype, the device type and the torch/transformers/tokenizers versions."""
+        meta = ("graphveil-frozen-states-v2", type(self).__qualname__, self.component, self.params.max_length,
+                self.first_lora_layer, str(self.cache_dtype), self.device.type, repr(self._cache_extra()))
+        return frozen_key("frozen-states", meta, texts, self.tokenizer, self._frozen_tensors(),
+                          tokens or (lambda: self._tokenize(list(texts))))
 
     def _frozen_tensors(self) -> dict[str, torch.Tensor]:
         """Every parameter that does not train and every buffer of the model (the frozen layers'
@@ -380,6 +428,18 @@ class CachedLoraEncoder(Encoder):
             self.tokenizer.save_pretrained(str(directory))
         else:
             self.peft.save_pretrained(str(directory))
+
+
+def _once(compute: Callable[[], _T]) -> Callable[[], _T]:
+    """``compute`` run at the first call only; later calls return its value."""
+    box: list[_T] = []
+
+    def get() -> _T:
+        if not box:
+            box.append(compute())
+        return box[0]
+
+    return get
 
 
 def _hash_tensor(h: Any, name: str, tensor: torch.Tensor) -> None:

@@ -122,10 +122,74 @@ def test_changed_data_model_or_option_misses(tmp_path: Path, change: str) -> Non
     assert torch.equal(changed._hidden, plain._hidden)
 
 
+def test_hit_tokenizes_nothing_and_a_changed_tokenizer_misses(tmp_path: Path, monkeypatch) -> None:
+    """The key holds the texts and the tokenizer's fingerprint, not its output: a hit skips
+    tokenizing; a tokenizer that would cut or pad differently, or another vocabulary, misses."""
+    store = PreparedCache(tmp_path)
+    plain = _prepared(store)
+
+    def no_tokens(self, texts):
+        raise AssertionError("tokenized on a hit")
+
+    with monkeypatch.context() as m:
+        m.setattr(HfLoraEncoder, "_tokenize", no_tokens)
+        hit = _prepared(store)
+    assert (store.hits, store.misses) == (1, 1)
+    assert torch.equal(hit._hidden, plain._hidden) and torch.equal(hit._mask, plain._mask)
+    enc = HfLoraEncoder(HfLoraParams(model="tiny-bert", max_length=12, lora_layers=1, seed=0))
+    keys = {enc.prepared_key(TEXTS)}
+    enc.tokenizer.truncation_side = "left"
+    keys.add(enc.prepared_key(TEXTS))
+    enc.tokenizer.truncation_side = "right"
+    enc.tokenizer.add_tokens(["graphveil"])
+    keys.add(enc.prepared_key(TEXTS))
+    assert len(keys) == 3
+    assert hf_common.texts_digest(["a\x00", "b"]) != hf_common.texts_digest(["a", "\x00b"])
+
+
+def test_slow_tokenizer_keys_on_its_tokens(tmp_path: Path, monkeypatch) -> None:
+    """Without a fast tokenizer's pipeline to fingerprint, the key holds the tokens."""
+    enc = HfLoraEncoder(HfLoraParams(model="tiny-bert", max_length=12, lora_layers=1, seed=0))
+    monkeypatch.setattr(hf_common, "tokenizer_fingerprint", lambda tokenizer: None)
+    inputs, mask = enc._tokenize(TEXTS)
+    changed = {k: v.clone() for k, v in inputs.items()}
+    changed["input_ids"][0, 1] += 1
+    assert enc.prepared_key(TEXTS, lambda: (inputs, mask)) == enc.prepared_key(TEXTS)
+    assert enc.prepared_key(TEXTS, lambda: (changed, mask)) != enc.prepared_key(TEXTS)
+
+
+def test_frozen_head_keeps_its_text_embeddings_between_processes(tmp_path: Path, monkeypatch) -> None:
+    """frozen_head on a text model: a later process loads the embeddings (no tokenizing, no
+    forward pass) and they equal the computed ones; other texts miss; a bad file is rebuilt."""
+    from graphveil.plugins.hf_lora import frozen_head
+    from graphveil.plugins.hf_lora.frozen_head import FrozenHeadEncoder, FrozenHeadParams
+
+    def prepared(store: PreparedCache | None, texts: list[str] = TEXTS) -> FrozenHeadEncoder:
+        frozen_head._EMBEDDING_CACHE.clear()  # a new process
+        enc = FrozenHeadEncoder(FrozenHeadParams(model="tiny-bert", max_length=12, head="diagonal"))
+        enc.prepared_cache = store
+        enc.prepare(_graph(texts))
+        return enc
+
+    store = PreparedCache(tmp_path)
+    plain = prepared(None).base_embeddings()
+    assert torch.equal(prepared(store).base_embeddings(), plain) and (store.hits, store.misses) == (0, 1)
+    with monkeypatch.context() as m:
+        m.setattr(FrozenHeadEncoder, "_embed_texts", lambda self, texts: pytest.fail("embedded on a hit"))
+        m.setattr(FrozenHeadEncoder, "_tokens", lambda self, texts: pytest.fail("tokenized on a hit"))
+        assert torch.equal(prepared(store).base_embeddings(), plain) and store.hits == 1
+    other = [t + " again" for t in TEXTS]
+    assert torch.equal(prepared(store, other).base_embeddings(), prepared(None, other).base_embeddings())
+    assert store.misses == 2
+    enc = prepared(store)
+    store.save(enc.prepared_key(TEXTS), {"embeddings": torch.full((len(TEXTS), enc.dim), float("nan"))})
+    assert torch.equal(prepared(store).base_embeddings(), plain) and store.misses == 3
+
+
 def test_tampered_states_with_valid_checksum_are_refused_and_rebuilt(tmp_path: Path) -> None:
     store = PreparedCache(tmp_path)
     enc = _prepared(store)
-    key = enc.prepared_key(*enc._tokenize(TEXTS))
+    key = enc.prepared_key(TEXTS)
     for bad in (enc._hidden[:2], enc._hidden.clone().fill_(float("nan")), enc._hidden.double()):
         store.save(key, {"hidden": bad, "mask": enc._mask})
         rebuilt = _prepared(store)
@@ -146,7 +210,7 @@ def test_cache_file_holds_only_the_frozen_states(tmp_path: Path) -> None:
             p.add_(1.0)  # a trained adapter
     _prepared(store)
     assert path.read_bytes() == before
-    assert set(store.load(enc.prepared_key(*enc._tokenize(TEXTS)))) == {"hidden", "mask"}
+    assert set(store.load(enc.prepared_key(TEXTS))) == {"hidden", "mask"}
 
 
 def test_unwritable_cache_folder_does_not_fail_the_preparation(tmp_path: Path) -> None:

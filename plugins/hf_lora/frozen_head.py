@@ -31,6 +31,8 @@ cached embedding is a deterministic function of that entity's own text (or featu
 of the public frozen model: adding or removing one entity (or one relation) changes no other
 entity's cached row, so the privacy-unit analysis of the samplers, clippers and accountants is
 unchanged — the cache is a fixed, data-independent map applied row by row before training.
+At a federated site the text models' embeddings are also kept between rounds in the site's
+prepared cache (:mod:`graphveil.prepared_cache`: the site's own files, nothing of it is sent).
 
 Devices and dtypes: ``dtype`` is that of the frozen text model while the cache is built; the
 cache and the head are float32; ``device: auto`` runs the text model and the head on CUDA when
@@ -50,10 +52,16 @@ from torch import nn
 
 from graphveil.components import Encoder
 from graphveil.errors import ConfigError, DataError
-from graphveil.plugins.hf_common import cached_for_last_graph, check_device, texts_digest
+from graphveil.plugins.hf_common import (
+    cached_for_last_graph,
+    check_device,
+    frozen_key,
+    texts_digest,
+)
 
 if TYPE_CHECKING:
     from graphveil.data.graph import RelationalGraph
+    from graphveil.prepared_cache import PreparedCache
 
 #: Base embeddings of the last prepared graph, keyed by what they depend on (a demo's rows and
 #: a site's rounds prepare the same graph again).
@@ -93,6 +101,9 @@ class FrozenHeadEncoder(Encoder):
     embeddings computed once per entity (a frozen text encoder's mean pool, or node features)."""
 
     Params: ClassVar[type[BaseModel]] = FrozenHeadParams
+    #: Where :meth:`prepare` keeps a text model's embeddings across processes (a federated
+    #: site's folder, set by the session from the site's node config; never from a task option).
+    prepared_cache: PreparedCache | None = None
 
     def __init__(self, params: FrozenHeadParams | None = None) -> None:
         super().__init__()
@@ -163,13 +174,53 @@ class FrozenHeadEncoder(Encoder):
                 raise DataError(f"graph {graph.name!r} has no entity texts; encoder.model {p.model!r} "
                                 "encodes text (encoder.model: features reads feature vectors)")
             x = cached_for_last_graph(_EMBEDDING_CACHE, self._cache_key(graph.texts),
-                                      lambda: self._embed_texts(graph.texts))
+                                      lambda: self._stored_or_embedded(list(graph.texts)))
         self._x = F.normalize(x, dim=-1) if p.normalize else x
 
     def _cache_key(self, texts: Sequence[str]) -> tuple:
         p = self.params
         seed = p.seed if p.model == "tiny-bert" else None  # its frozen weights are random
         return (p.model, seed, p.max_length, p.dtype, texts_digest(texts))
+
+    def _stored_or_embedded(self, texts: list[str]) -> torch.Tensor:
+        """Every entity's frozen embedding, from :attr:`prepared_cache` if it holds them for
+        exactly these texts, tokenizer, weights and options (:meth:`prepared_key`), else
+        computed (and stored)."""
+        store = self.prepared_cache
+        if store is None:
+            return self._embed_texts(texts)
+        shape = (len(texts), self.dim)
+
+        def fits(saved) -> None:  # refuse a file that is not these embeddings
+            x = saved.get("embeddings")
+            if x is None or tuple(x.shape) != shape or x.dtype != torch.float32:
+                raise ValueError(f"expected float32 embeddings of shape {list(shape)}")
+            if not bool(torch.isfinite(x).all()):
+                raise ValueError("non-finite embeddings")
+
+        return store.load_or_compute(self.prepared_key(texts), lambda: {"embeddings": self._embed_texts(texts)},
+                                     fits)["embeddings"]
+
+    def prepared_key(self, texts: Sequence[str]) -> str:
+        """Key of the embeddings in a :class:`~graphveil.prepared_cache.PreparedCache`
+        (:func:`~graphveil.plugins.hf_common.frozen_key`): the texts and the tokenizer, every
+        weight and buffer of the frozen text model, the token cap, its dtype and device type."""
+        assert self._text_model is not None
+        base, tokenizer = self._text_model
+        p = self.params
+        meta = ("graphveil-frozen-embeddings-v1", type(self).__qualname__, p.model, p.max_length, p.dtype,
+                self.device.type)
+        weights = {f"p:{n}": w for n, w in base.named_parameters()}
+        weights.update({f"b:{n}": b for n, b in base.named_buffers()})
+        return frozen_key("frozen-embeddings", meta, texts, tokenizer, weights, lambda: self._tokens(texts))
+
+    def _tokens(self, texts: Sequence[str]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """``(model inputs, (n, max_length) bool mask)`` of the texts."""
+        assert self._text_model is not None
+        tokens = self._text_model[1](list(texts), padding="max_length", truncation=True,
+                                     max_length=self.params.max_length, return_tensors="pt")
+        inputs = {k: v for k, v in tokens.items() if k in ("input_ids", "token_type_ids")}
+        return inputs, tokens["attention_mask"].bool()
 
     @torch.no_grad()
     def _embed_texts(self, texts: Sequence[str]) -> torch.Tensor:
@@ -179,11 +230,8 @@ class FrozenHeadEncoder(Encoder):
         from graphveil.plugins.hf_lora.encoder import _run_layers
 
         assert self._text_model is not None
-        base, tokenizer = self._text_model
-        tokens = tokenizer(list(texts), padding="max_length", truncation=True,
-                           max_length=self.params.max_length, return_tensors="pt")
-        inputs = {k: v for k, v in tokens.items() if k in ("input_ids", "token_type_ids")}
-        mask = tokens["attention_mask"].bool()
+        base = self._text_model[0]
+        inputs, mask = self._tokens(texts)
         out = torch.empty(len(texts), self.dim, dtype=torch.float32)
         step = self.params.cache_batch_size
         for start in tqdm(range(0, len(texts), step), desc=f"embedding {len(texts)} entities once",
