@@ -45,6 +45,7 @@ from graphveil.data.graph import RelationalGraph
 from graphveil.data.parquet import edge_columns
 from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
 from graphveil.errors import ConfigError, DataError
+from graphveil.redaction import is_secret_key
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Connection, Engine
@@ -54,8 +55,6 @@ log = logging.getLogger(__name__)
 #: Rows fetched at a time: bounds the rows held as Python objects at once.
 CHUNK_ROWS = 65_536
 INSTALL_HINT = "pip install graphveil[sql]"
-#: URL query keys that carry a secret (libpq's ``password``, ``sslpassword``, ...).
-_SECRET_KEY = re.compile(r"pass(word)?$|secret|token", re.IGNORECASE)
 #: Words that make a SELECT or WITH statement write (``WITH d AS (DELETE …) SELECT``, ``SELECT …
 #: INTO new_table``); a statement starting with any other word is refused anyway. Function names
 #: that share a word with a statement (``replace()``) and plausible column names stay allowed.
@@ -80,7 +79,7 @@ def redact(url: URL | str) -> str:
     from sqlalchemy.engine import make_url
 
     url = make_url(url)
-    hidden = {k: "hidden" for k in url.query if _SECRET_KEY.search(k)}
+    hidden = {k: "hidden" for k in url.query if is_secret_key(k)}
     return url._replace(password=None).update_query_dict(hidden).render_as_string()
 
 
@@ -96,7 +95,7 @@ def check_url(url: str, key: str = "data.url") -> str:
     except (ArgumentError, ValueError):
         raise ConfigError(f"{key}: not a database URL (expected e.g. postgresql+psycopg://user@host:5432/db, "
                           f"sqlite:///graph.db or duckdb:///graph.duckdb)") from None
-    secrets = [k for k in parsed.query if _SECRET_KEY.search(k)]
+    secrets = [k for k in parsed.query if is_secret_key(k)]
     if parsed.password is not None or secrets:
         where = "a password" if parsed.password is not None else f"the secret parameter {secrets[0]!r}"
         raise ConfigError(

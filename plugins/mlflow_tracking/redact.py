@@ -1,41 +1,20 @@
 """What of a run config may leave for a tracking server: secrets out, the rest flattened.
 
-A key that names a secret (password, token, secret, credential, API or private key, auth) has
-its value replaced; a password inside a URL (``scheme://user:password@host``) is masked wherever
-it appears. The SQL data source keeps credentials out of the run config, but a user can still
-write one into a config by hand, and a tracking server is not the place for it.
+A key that names a secret (password, token, secret, credential, API or private key, auth:
+:func:`graphveil.redaction.is_secret_key`) has its value replaced; a password inside a URL
+(``scheme://user:password@host``) is masked wherever it appears. The SQL data source keeps
+credentials out of the run config, but a user can still write one into a config by hand, and a
+tracking server is not the place for it.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-REDACTED = "***"
-SECRET_WORDS = frozenset({"password", "passwd", "pwd", "pass", "passphrase", "secret", "token", "credential",
-                          "credentials", "secrets", "auth", "apikey"})
-SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key")})
-URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@/\s]+@", re.IGNORECASE)
+from graphveil.redaction import REDACTED, is_secret_key, mask_urls
 
-
-def is_secret_key(key: str) -> bool:
-    """``key`` names a secret: one of its words (split at ``_-.`` and camelCase) is one.
-
-    >>> [is_secret_key(k) for k in ("db_password", "accessToken", "API-KEY", "tokenizer", "passes")]
-    [True, True, True, False, False]
-    """
-    words = [w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", key)]
-    return bool(SECRET_WORDS.intersection(words)) or any(pair in SECRET_PAIRS for pair in zip(words, words[1:], strict=False))
-
-
-def mask_urls(text: str) -> str:
-    """``text`` with every URL password replaced by ``***``.
-
-    >>> mask_urls("postgresql+psycopg://alice:s3cr3t@db:5432/bank and https://example.org/x")
-    'postgresql+psycopg://alice:***@db:5432/bank and https://example.org/x'
-    """
-    return URL_PASSWORD.sub(lambda m: f"{m['head']}{REDACTED}@", text)
+__all__ = ["REDACTED", "flatten", "is_secret_key", "mask_urls", "redact"]
 
 
 def redact(value: Any, key: str = "") -> Any:
