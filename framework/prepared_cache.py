@@ -3,7 +3,8 @@
 A federated site builds a new :class:`~graphveil.session.TrainingSession` in a new process for
 every round. Most of that set-up is the same every round: the frozen lower layers of a LoRA
 encoder run over every entity text of the site's graph (~17 s for MiniLM on a third of
-CiteSeer, against ~22 s of DP steps). :class:`PreparedCache` keeps such pieces in files under a
+CiteSeer, against ~22 s of DP steps; ``frozen_head``'s text embeddings likewise).
+:class:`PreparedCache` keeps such pieces in files under a
 folder of the site (``prepared-cache`` in its node config; default ``<ledger>.prepared/`` next
 to its ledger), so a round loads them instead of recomputing them.
 
@@ -17,8 +18,9 @@ What may go in it, and why it leaks nothing new:
   folder does not, it is written by and read by the site only (files ``0600``), and nothing
   of it is sent. The server cannot name the folder (it is in the node config, not the task).
 * keys are digests of everything the piece is a function of (the encoder computes them: the
-  tokenized texts, the frozen weights, the layer split, dtype, library versions), so a changed
-  graph, model or option is a miss, never a stale hit; the key is stored in the file too.
+  texts and the tokenizer's whole pipeline — so a hit needs no tokenizing — the frozen weights,
+  the layer split, dtype, library versions), so a changed graph, tokenizer, model or option is a
+  miss, never a stale hit; the key is stored in the file too.
 
 Timing is the one thing it changes that the server can observe: a miss makes that round slower
 (the frozen states are computed), so the duration of a run's first round tells the server
