@@ -145,10 +145,12 @@ def frozen_key(label: str, meta: tuple, texts: Sequence[str], tokenizer: Any,
                tokens: Callable[[], tuple[Mapping[str, torch.Tensor], torch.Tensor]]) -> str:
     """Key in a :class:`~graphveil.prepared_cache.PreparedCache` of something computed from a
     graph's texts by a frozen text model: a SHA-256 of ``meta`` (the caller's options: token
-    cap, layers, dtype, device type, ...), the torch / transformers / tokenizers versions, the
-    texts with the tokenizer's fingerprint (so a hit needs no tokenizing) — or, for a slow
-    tokenizer, the ``tokens()`` it produces — and every frozen weight and buffer."""
+    cap, layers, dtype, device type, ...), the GraphVeil / torch / transformers / tokenizers
+    versions, the texts with the tokenizer's fingerprint (so a hit needs no tokenizing) — or,
+    for a slow tokenizer, the ``tokens()`` it produces — and every frozen weight and buffer."""
     import transformers
+
+    import graphveil
 
     try:
         import tokenizers
@@ -156,7 +158,8 @@ def frozen_key(label: str, meta: tuple, texts: Sequence[str], tokenizer: Any,
     except ImportError:  # slow tokenizers only: their output is hashed instead
         tokenizers_version = None
     h = hashlib.sha256()
-    h.update(repr((label, meta, torch.__version__, transformers.__version__, tokenizers_version)).encode("utf-8"))
+    versions = (graphveil.__version__, torch.__version__, transformers.__version__, tokenizers_version)
+    h.update(repr((label, meta, versions)).encode("utf-8"))
     fingerprint = tokenizer_fingerprint(tokenizer)
     if fingerprint is None:
         inputs, mask = tokens()
@@ -370,6 +373,7 @@ class CachedLoraEncoder(Encoder):
         (:func:`frozen_key`): the site's texts and tokenizer (its data, tokenizer and
         max_length), every frozen weight and buffer of the model, the layer split, the cache
         dtype, the device type and the torch/transformers/tokenizers versions."""
+        # The key holds texts, not tokens: bump the version when _tokenize or the frozen layers' code changes.
         meta = ("graphveil-frozen-states-v2", type(self).__qualname__, self.component, self.params.max_length,
                 self.first_lora_layer, str(self.cache_dtype), self.device.type, repr(self._cache_extra()))
         return frozen_key("frozen-states", meta, texts, self.tokenizer, self._frozen_tensors(),

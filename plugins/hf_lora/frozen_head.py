@@ -208,6 +208,7 @@ class FrozenHeadEncoder(Encoder):
         assert self._text_model is not None
         base, tokenizer = self._text_model
         p = self.params
+        # The key holds texts, not tokens: bump the version when _tokens or _embed_texts changes.
         meta = ("graphveil-frozen-embeddings-v1", type(self).__qualname__, p.model, p.max_length, p.dtype,
                 self.device.type)
         weights = {f"p:{n}": w for n, w in base.named_parameters()}

@@ -458,7 +458,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "mlflow-url-passwords", "the MLflow plugin's masking of passwords inside URLs",
-        (("plugins/mlflow_tracking/redact.py",
+        (("framework/redaction.py",
           '    return URL_PASSWORD.sub(lambda m: f"{m[\'head\']}{REDACTED}@", text)\n',
           "    return text  # MUTANT\n"),),
     ),
@@ -504,8 +504,27 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "prepared-key-weights", "the frozen weights in the prepared cache's key (a stale hit on another model)",
         (("plugins/hf_common.py",
-          "            _hash_tensor(h, f\"weight:{name}\", tensor)\n",
-          "            pass  # MUTANT\n"),),
+          "        _hash_tensor(h, f\"weight:{name}\", tensor)\n",
+          "        pass  # MUTANT\n"),),
+    ),
+    Mutant(
+        "prepared-key-texts", "the texts in the prepared cache's key (a stale hit on another graph)",
+        (("plugins/hf_common.py",
+          "        _hash_texts(h, texts)\n",
+          "        pass  # MUTANT\n"),),
+    ),
+    Mutant(
+        "prepared-key-tokenizer", "the tokenizer's fingerprint in the prepared cache's key (a stale hit on "
+        "another tokenizer)",
+        (("plugins/hf_common.py",
+          "        h.update(fingerprint)\n",
+          "        pass  # MUTANT\n"),),
+    ),
+    Mutant(
+        "secret-suffix", "secret names that end in a secret word (libpq's sslpassword)",
+        (("framework/redaction.py",
+          "            or any(w.endswith(SECRET_SUFFIXES) for w in words)\n",
+          "            or False  # MUTANT\n"),),
     ),
     Mutant(
         "prepared-checksum", "the prepared cache file's checksum (a corrupt file is used)",
