@@ -174,6 +174,24 @@ def frozen_key(label: str, meta: tuple, texts: Sequence[str], tokenizer: Any,
     return f"{label}:{h.hexdigest()}"
 
 
+def frozen_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter of ``model`` that does not train and every buffer (the frozen weights a
+    prepared-cache key must hold)."""
+    out = {f"p:{n}": p for n, p in model.named_parameters() if not p.requires_grad}
+    out.update({f"b:{n}": b for n, b in model.named_buffers()})
+    return out
+
+
+def tokenize_padded(tokenizer: Any, texts: Sequence[str], max_length: int
+                    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """A BERT-style tokenizer's ``input_ids`` (and ``token_type_ids``) for ``texts``, truncated
+    and padded to ``max_length``, and the ``(n, max_length)`` bool mask of real tokens."""
+    tokens = tokenizer(list(texts), padding="max_length", truncation=True, max_length=max_length,
+                       return_tensors="pt")
+    inputs = {k: v for k, v in tokens.items() if k in ("input_ids", "token_type_ids")}
+    return inputs, tokens["attention_mask"].bool()
+
+
 def cached_for_last_graph(cache: dict[tuple, _T], key: tuple, compute: Callable[[], _T]) -> _T:
     """``cache[key]``, else ``compute()`` kept as the cache's only entry: a process keeps one
     graph's encoder set-up (it can be hundreds of MB) for the runs or rounds that prepare that
@@ -376,16 +394,8 @@ class CachedLoraEncoder(Encoder):
         # The key holds texts, not tokens: bump the version when _tokenize or the frozen layers' code changes.
         meta = ("graphveil-frozen-states-v2", type(self).__qualname__, self.component, self.params.max_length,
                 self.first_lora_layer, str(self.cache_dtype), self.device.type, repr(self._cache_extra()))
-        return frozen_key("frozen-states", meta, texts, self.tokenizer, self._frozen_tensors(),
+        return frozen_key("frozen-states", meta, texts, self.tokenizer, frozen_tensors(self.base),
                           tokens or (lambda: self._tokenize(list(texts))))
-
-    def _frozen_tensors(self) -> dict[str, torch.Tensor]:
-        """Every parameter that does not train and every buffer of the model (the frozen layers'
-        weights among them)."""
-        base = self.base
-        out = {f"p:{n}": p for n, p in base.named_parameters() if not p.requires_grad}
-        out.update({f"b:{n}": b for n, b in base.named_buffers()})
-        return out
 
     @torch.no_grad()
     def _compute_frozen(self, inputs: dict[str, torch.Tensor], mask: torch.Tensor

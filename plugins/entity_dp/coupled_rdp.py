@@ -73,9 +73,9 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 from scipy.optimize import brentq
@@ -93,6 +93,7 @@ PMF_SLACK = 1e-12
 #: Nodes evaluated inside the window at most (chord bound between them).
 DEFAULT_MAX_NODES = 256
 
+_Part = TypeVar("_Part")
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _MAX_REFINE = 12
 _CHUNK_ELEMENTS = 3_000_000
@@ -120,6 +121,15 @@ def _lse(x: np.ndarray, axis: int = -1) -> np.ndarray:
     with np.errstate(divide="ignore"):
         out = np.log(np.sum(np.exp(x - peak), axis=axis, keepdims=True)) + peak
     return np.squeeze(out, axis=axis)
+
+
+def _in_threads(work: Callable[[_Part], np.ndarray], parts: Sequence[_Part]) -> list[np.ndarray]:
+    """``[work(part) for part in parts]``, each part in a thread of its own (numpy releases the
+    GIL in its loops, so the parts run on separate cores)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+        return list(pool.map(work, parts))
 
 
 def _blocks(widths: np.ndarray, elements: int = _BLOCK_ELEMENTS) -> list[np.ndarray]:
@@ -578,12 +588,9 @@ def log_psi_excess_quad_many(betas: Sequence[float], log_w: np.ndarray, sigma: f
     log_w = np.atleast_2d(np.asarray(log_w, dtype=float))
     if betas.size < _GROUP_FROM:
         return _quad_group(betas, log_w, sigma)
-    from concurrent.futures import ThreadPoolExecutor
-
     order = np.argsort(betas, kind="stable")
     groups = [order[g::_QUAD_GROUPS] for g in range(_QUAD_GROUPS)]
-    with ThreadPoolExecutor(max_workers=_QUAD_GROUPS) as pool:
-        parts = list(pool.map(lambda g: _quad_group(betas[g], log_w, sigma), groups))
+    parts = _in_threads(lambda g: _quad_group(betas[g], log_w, sigma), groups)
     out = np.empty((betas.size, log_w.shape[0]))
     for g, part in zip(groups, parts, strict=True):
         out[g] = part
@@ -639,12 +646,8 @@ def lattice_log_psi_int(alphas: Sequence[int], log_w: np.ndarray, sigma: float) 
     log_w = np.atleast_2d(np.asarray(log_w, dtype=float))
     if log_w.shape[0] < _GROUP_FROM:
         return _lattice_rows(alphas, log_w, sigma)
-    from concurrent.futures import ThreadPoolExecutor
-
     halves = np.array_split(log_w, _QUAD_GROUPS)
-    with ThreadPoolExecutor(max_workers=_QUAD_GROUPS) as pool:
-        parts = list(pool.map(lambda part: _lattice_rows(alphas, part, sigma), halves))
-    return np.concatenate(parts, axis=1)
+    return np.concatenate(_in_threads(lambda part: _lattice_rows(alphas, part, sigma), halves), axis=1)
 
 
 def _lattice_rows(alphas: Sequence[int], log_w: np.ndarray, sigma: float) -> np.ndarray:

@@ -54,6 +54,7 @@ from graphveil.plugins.hf_common import (
     minilm_path,
     model_directory,
     no_dropout,
+    tokenize_padded,
 )
 
 #: Model types whose layers can be run one by one as ``layer(hidden, mask)`` after
@@ -177,14 +178,11 @@ class HfLoraEncoder(CachedLoraEncoder):
         self._reset()
 
     def _tokenize(self, texts: Sequence[str]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        tokens = self.tokenizer(
-            list(texts), padding="max_length", truncation=True, max_length=self.params.max_length, return_tensors="pt"
-        )
-        inputs = {k: v for k, v in tokens.items() if k in ("input_ids", "token_type_ids")}
+        inputs, mask = tokenize_padded(self.tokenizer, texts, self.params.max_length)
         if self.full_finetune:  # _FullStack reads [input ids, token types]; zeros as BertEmbeddings' buffer
             inputs = {"input_ids": inputs["input_ids"],
                       "token_type_ids": inputs.get("token_type_ids", torch.zeros_like(inputs["input_ids"]))}
-        return inputs, tokens["attention_mask"].bool()
+        return inputs, mask
 
     def _frozen_states(self, inputs: dict[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
         return _run_layers(self._lower, self.base.embeddings(**inputs), mask, self.base.config)

@@ -56,7 +56,9 @@ from graphveil.plugins.hf_common import (
     cached_for_last_graph,
     check_device,
     frozen_key,
+    frozen_tensors,
     texts_digest,
+    tokenize_padded,
 )
 
 if TYPE_CHECKING:
@@ -211,17 +213,13 @@ class FrozenHeadEncoder(Encoder):
         # The key holds texts, not tokens: bump the version when _tokens or _embed_texts changes.
         meta = ("graphveil-frozen-embeddings-v1", type(self).__qualname__, p.model, p.max_length, p.dtype,
                 self.device.type)
-        weights = {f"p:{n}": w for n, w in base.named_parameters()}
-        weights.update({f"b:{n}": b for n, b in base.named_buffers()})
-        return frozen_key("frozen-embeddings", meta, texts, tokenizer, weights, lambda: self._tokens(texts))
+        return frozen_key("frozen-embeddings", meta, texts, tokenizer, frozen_tensors(base),  # all frozen
+                          lambda: self._tokens(texts))
 
     def _tokens(self, texts: Sequence[str]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """``(model inputs, (n, max_length) bool mask)`` of the texts."""
         assert self._text_model is not None
-        tokens = self._text_model[1](list(texts), padding="max_length", truncation=True,
-                                     max_length=self.params.max_length, return_tensors="pt")
-        inputs = {k: v for k, v in tokens.items() if k in ("input_ids", "token_type_ids")}
-        return inputs, tokens["attention_mask"].bool()
+        return tokenize_padded(self._text_model[1], texts, self.params.max_length)
 
     @torch.no_grad()
     def _embed_texts(self, texts: Sequence[str]) -> torch.Tensor:

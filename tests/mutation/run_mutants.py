@@ -209,8 +209,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "lattice-halves", "the order of the closed form's row halves run in threads (put back reversed)",
         (("plugins/entity_dp/coupled_rdp.py",
-          "    return np.concatenate(parts, axis=1)\n",
-          "    return np.concatenate(parts[::-1], axis=1)  # MUTANT\n"),),
+          "    return np.concatenate(_in_threads(lambda part: _lattice_rows(alphas, part, sigma), halves), axis=1)\n",
+          "    return np.concatenate(_in_threads(lambda part: _lattice_rows(alphas, part, sigma), halves)[::-1],"
+          " axis=1)  # MUTANT\n"),),
     ),
     Mutant(
         "quad-nested", "the nested refinement of the quadrature (the coarser sum not halved)",
