@@ -273,6 +273,29 @@ def test_monotone_in_K_kneg_and_inverse_sigma(fn, key: str, values: list) -> Non
         assert (larger > smaller).all()
 
 
+@pytest.mark.parametrize(("fn", "mu_max"), [(thm3_rdp, 1.0), (thmc1_rdp, 7.0)])  # K = 5: C.1's largest mean K + 2
+def test_tiny_sigma_switches_to_the_unsampled_gaussian_without_a_jump(fn, mu_max: float) -> None:
+    # The quadrature's bands grow as μ_max/σ; below μ_max/UNSAMPLED_BELOW the bound is α·μ_max²/(2σ²),
+    # valid at any rate (joint convexity). Just above the switch the amplified bound must already be
+    # within 1 % of it (0.3 % at α = 1.1 here) and below it, so ε stays monotone in σ across the switch.
+    numbers = dict(gamma=1e-3, m=5_000, n=2_000, K=5, k_neg=4)
+    orders = np.array([1.1, 2.0, 3.0, 8.0, 32.0])
+    edge = mu_max / C.UNSAMPLED_BELOW
+    above, below = fn(orders, sigma=edge * 1.01, **numbers), fn(orders, sigma=edge * 0.99, **numbers)
+    unsampled_above = orders * mu_max**2 / (2 * (edge * 1.01) ** 2)
+    assert (above <= unsampled_above * (1 + 1e-12)).all()
+    assert (above >= unsampled_above * (1 - 1e-2)).all()
+    np.testing.assert_allclose(below, orders * mu_max**2 / (2 * (edge * 0.99) ** 2), rtol=1e-14)
+    assert (below > above).all()
+
+
+def test_tiny_sigma_answers_without_the_quadrature() -> None:
+    # σ = 1e-9 once asked numpy for 563 GiB (bands of ~1e11 points); ε here is astronomical, not an error
+    orders = np.array([1.1, 2.0, 64.0])
+    got = thmc1_rdp(orders, sigma=1e-9, gamma=0.1, m=5_000, n=2_000, K=5, k_neg=4)
+    np.testing.assert_allclose(got, orders * 49.0 / 2e-18, rtol=1e-14)
+
+
 def test_bad_numbers_raise_value_error() -> None:
     for kwargs in (dict(sigma=0.0), dict(gamma=0.0), dict(gamma=1.5), dict(K=0), dict(k_neg=-1), dict(m=0)):
         with pytest.raises(ValueError):

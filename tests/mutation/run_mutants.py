@@ -214,6 +214,18 @@ MUTANTS: tuple[Mutant, ...] = (
           " axis=1)  # MUTANT\n"),),
     ),
     Mutant(
+        "unsampled-thm3", "Thm 3's switch to the unsampled Gaussian below σ = 1/UNSAMPLED_BELOW (deleted)",
+        (("plugins/entity_dp/coupled_rdp.py",
+          "    if (tiny := _unsampled_rdp(orders, sigma, 1.0)) is not None:\n        return tiny\n",
+          "    pass  # MUTANT\n"),),
+    ),
+    Mutant(
+        "unsampled-c1-mean", "Thm C.1's unsampled bound with the largest mean K instead of K + 2",
+        (("plugins/entity_dp/coupled_rdp.py",
+          "    if (tiny := _unsampled_rdp(orders, sigma, K + 2.0)) is not None:\n",
+          "    if (tiny := _unsampled_rdp(orders, sigma, float(K))) is not None:  # MUTANT\n"),),
+    ),
+    Mutant(
         "quad-nested", "the nested refinement of the quadrature (the coarser sum not halved)",
         (("plugins/entity_dp/coupled_rdp.py",
           "                s_h += prev / 2\n",
