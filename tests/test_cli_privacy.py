@@ -19,7 +19,7 @@ from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
 from graphveil.plugins.edge_dp.pld_accountant import EdgePldAccountant
 from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant
 from graphveil.plugins.entity_dp.coupled_rdp import thm3_rdp, thmc1_rdp
-from graphveil.privacy import DEFAULT_ORDERS, rdp_to_epsilon
+from graphveil.privacy import DEFAULT_DELTA_RULE, DEFAULT_ORDERS, rdp_to_epsilon
 
 ORDERS = np.asarray(DEFAULT_ORDERS)
 PAPER = ["--nodes", "1e6", "--edges", "5e6", "--degree-cap", "5", "--k-neg", "4", "--sampling-rate", "1e-5"]
@@ -52,12 +52,13 @@ def test_entity_epsilon_paper_setting(host: PluginHost, capsys: pytest.CaptureFi
     out = _json(capsys, host, "epsilon", "--method", "entity", "--clipping", "freq", *PAPER,
                 "--sigma", "0.5", "--steps", "7812")
     assert {"epsilon", "delta", "alpha", "rdp", "sigma"} <= set(out)
-    assert out["delta"] == pytest.approx(1 / 5e6)  # default δ = 1/edges
+    # default δ: the run's rule over the n = 1e6 entities (a run on these sizes would report this ε)
+    assert out["delta"] == 1e-7 and out["delta_rule"] == DEFAULT_DELTA_RULE and out["num_units"] == 1_000_000
     rdp = np.array(out["rdp"])
     assert rdp.shape == (len(ORDERS), 2) and np.array_equal(rdp[:, 0], ORDERS)
     direct = thm3_rdp(ORDERS, 0.5, 1e-5, 5_000_000, 1_000_000, 5, 4)
     np.testing.assert_allclose(rdp[:, 1], direct, rtol=1e-12)
-    eps, alpha = rdp_to_epsilon(ORDERS, 7812 * direct, 1 / 5e6)
+    eps, alpha = rdp_to_epsilon(ORDERS, 7812 * direct, 1e-7)
     assert out["epsilon"] == pytest.approx(eps, rel=1e-12) and out["alpha"] == alpha
 
 
@@ -109,7 +110,19 @@ def test_human_table(host: PluginHost, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["privacy", "epsilon", "--method", "edge", "--sampling-rate", "0.01", "--sigma", "1",
                  "--steps", "10", "--edges", "1000"], host=host) == 0
     text = capsys.readouterr().out
-    assert "ε" in text and "δ" in text and "0.001" in text and not text.lstrip().startswith("{")
+    assert "ε" in text and not text.lstrip().startswith("{")
+    assert f"δ          0.0001 ({DEFAULT_DELTA_RULE}, n=1000)" in text  # 1000 relations: 1/(10n)
+
+
+def test_edge_default_delta_counts_relations_and_explicit_delta_is_kept(
+        host: PluginHost, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    argv = ["epsilon", "--method", "edge", "--sampling-rate", "0.01", "--sigma", "1", "--steps", "10"]
+    out = _json(capsys, host, *argv, "--edges", "1001")
+    assert (out["delta"], out["delta_rule"], out["num_units"]) == (1e-5, DEFAULT_DELTA_RULE, 1001)
+    paper = _json(capsys, host, *argv, "--edges", "1001", "--delta", str(1 / 1001))  # the paper's 1/|E|
+    assert paper["delta"] == 1 / 1001 and paper["delta_rule"] == "explicit"
+    assert paper["epsilon"] < out["epsilon"]
+    assert "not below 1/n for n=1001" in caplog.text  # δ = 1/n is honoured, with a warning
 
 
 @pytest.mark.parametrize("argv", [

@@ -15,8 +15,10 @@
 Relational methods (``entity``, ``edge``): the accountant is built through the plugin host
 (``coupled_rdp`` for entity level, with Thm 3 for ``--clipping freq`` and Thm C.1 for
 ``--clipping standard``; ``edge_rdp`` for edge level, or ``--accountant edge_pld``: PLD, with the
-RDP ε beside) and bound to profiles made from the flags with C = 1. δ defaults to 1/|E| when
-``--edges`` is given.
+RDP ε beside) and bound to profiles made from the flags with C = 1. δ defaults to the run's rule,
+10^-(⌈log₁₀ n⌉+1) of the n privacy units (:func:`graphveil.privacy.default_delta`): ``--nodes``
+entities at entity level, ``--edges`` relations at edge level, so the ε printed is the one a run
+on data of that size reports (the paper's δ = 1/|E| by ``--delta``).
 
 Every other method (paper 3's and paper 4's graph methods, any method plugin): the run config —
 a file (``--config``), or the method's built-in wiring (``--method``, :data:`METHOD_CONFIGS`,
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import logging
 import math
 import sys
 from collections.abc import Sequence
@@ -47,6 +50,8 @@ from graphveil.profiles import (
     SensitivityKind,
     SensitivityProfile,
 )
+
+log = logging.getLogger(__name__)
 
 _ACCOUNTANTS = {"entity": "coupled_rdp", "edge": "edge_rdp"}
 #: the accountants ``--accountant`` may pick per relational method (the first is the default)
@@ -114,10 +119,11 @@ def add_privacy_parser(subparsers: Any) -> argparse.ArgumentParser:
         sub.add_argument("--clipping", choices=sorted(_CLIPPING),
                          help="entity level: freq = FREQ-CLIP (Thm 3), standard = per-tuple (Thm C.1) (default: freq)")
         sub.add_argument("--nodes", type=_integer,
-                         help="entity: n, nodes negatives are drawn from; graph methods: n, training nodes")
+                         help="entity: n, nodes negatives are drawn from (the privacy units of the default δ); graph "
+                              "methods: n, training nodes")
         sub.add_argument("--edges", type=_integer, help=(
-            "entity/edge: m, records after degree capping, default δ = 1/m; graph methods: undirected edges "
-            "of the graph, for the default δ of an edge-level unit"))
+            "entity/edge: m, records after degree capping (edge: the privacy units of the default δ); graph "
+            "methods: undirected edges of the graph, for the default δ of an edge-level unit"))
         sub.add_argument("--degree-cap", type=_integer, help="K, maximum degree after capping (entity)")
         sub.add_argument("--k-neg", type=_integer, help="negatives per positive (entity)")
         sub.add_argument("--sampling-rate", type=float, help="γ, Poisson rate of positives (entity/edge)")
@@ -127,7 +133,8 @@ def add_privacy_parser(subparsers: Any) -> argparse.ArgumentParser:
         sub.add_argument("--unit", help="graph methods: privacy.unit, e.g. 'edge/replacement/predictions'")
         sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                          help="graph methods: override a run-config field, e.g. --set method.hops=3 (repeatable)")
-        sub.add_argument("--delta", type=float, help="δ (entity/edge: default 1/edges; graph methods: the run's rule)")
+        sub.add_argument("--delta", type=float, help="δ (default: the run's rule, 10^-(⌈log10 n⌉+1) of n privacy units: --nodes entities, --edges "
+                         "relations, or the graph method's unit)")
         if name == "epsilon":
             sub.add_argument("--sigma", type=float, help=(
                 "noise multiplier σ (noise std σ·C); required for entity/edge and --method, with --config "
@@ -165,16 +172,23 @@ def _profiles(args: argparse.Namespace) -> tuple[SamplingProfile, SensitivityPro
     return sampling, SensitivityProfile(SensitivityKind.PER_TUPLE_EDGE, PrivacyUnit.EDGE, 1.0)
 
 
-def _delta(args: argparse.Namespace) -> float:
+def _delta(args: argparse.Namespace) -> tuple[float, str, int | None]:
+    """(δ, its rule, n): ``--delta``, else the run's default of the method's privacy units."""
+    from graphveil.privacy import DEFAULT_DELTA_RULE, default_delta, delta_too_large
+
+    flag, units = ("--nodes", args.nodes) if args.method == "entity" else ("--edges", args.edges)
     if args.delta is not None:
-        delta = args.delta
-    elif args.edges is not None and args.edges >= 2:
-        delta = 1.0 / args.edges
-    else:
-        raise ConfigError("--delta is required unless --edges (>= 2) is given (default δ = 1/edges)")
-    if not 0 < delta < 1:
-        raise PrivacyError(f"--delta must be in (0, 1), got {delta!r}")
-    return delta
+        if not 0 < args.delta < 1:
+            raise PrivacyError(f"--delta must be in (0, 1), got {args.delta!r}")
+        if units is not None and delta_too_large(args.delta, units):
+            log.warning("--delta %.3g is not below 1/n for n=%d privacy units (%s): a mechanism may then "
+                        "publish one unit's data in the clear and still satisfy the claim; the default rule "
+                        "would give %.0e", args.delta, units, flag, default_delta(units))
+        return args.delta, "explicit", units
+    if units is None:
+        raise ConfigError(f"--delta is required unless {flag} is given (default δ = "
+                          f"{DEFAULT_DELTA_RULE} of n = {flag}, the run's rule)")
+    return default_delta(units), DEFAULT_DELTA_RULE, units
 
 
 def run_privacy(args: argparse.Namespace, host: Any) -> int:
@@ -195,7 +209,7 @@ def run_privacy(args: argparse.Namespace, host: Any) -> int:
         raise PrivacyError(f"--steps must be >= 0, got {args.steps}")
     if not (0 < args.sampling_rate <= 1):
         raise PrivacyError(f"--sampling-rate must be in (0, 1], got {args.sampling_rate!r}")
-    delta = _delta(args)
+    delta, delta_rule, num_units = _delta(args)
     sampling, sensitivity = _profiles(args)
     choices = _ACCOUNTANT_CHOICES[args.method]
     name = args.accountant or choices[0]
@@ -222,7 +236,7 @@ def run_privacy(args: argparse.Namespace, host: Any) -> int:
     if args.steps:
         accountant.step(noise_multiplier=sigma, num_steps=args.steps)
     report = accountant.report(delta)
-    out.update(report)
+    out.update(report, delta_rule=delta_rule, num_units=num_units)
     if not args.steps and hasattr(accountant, "rdp_curve"):  # no steps: still show the per-step curve at σ
         out["rdp"] = [[float(a), float(v)] for a, v in zip(accountant.orders, accountant.rdp_curve(sigma), strict=True)]
     out["sigma"] = sigma
@@ -241,13 +255,18 @@ def _print_table(out: dict[str, Any]) -> None:
     rows += [(k, str(profile[k])) for k in ("gamma", "m", "n", "K", "k_neg") if k in profile]
     if "target_epsilon" in out:
         rows.append(("target ε", f"{out['target_epsilon']:g}"))
-    rows += [("σ", f"{out['sigma']:.6g}"), ("steps", str(out["steps"])), ("δ", f"{out['delta']:.3g}"),
+    rows += [("σ", f"{out['sigma']:.6g}"), ("steps", str(out["steps"])), ("δ", _delta_cell(out)),
              ("ε", f"{out['epsilon']:.6g}")]
     rows += [(f"ε ({k[8:].upper()})", f"{out[k]:.6g}") for k in ("epsilon_pld", "epsilon_rdp") if k in out]
     rows.append(("optimal α", "-" if out["alpha"] is None else f"{out['alpha']:g}"))
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
+
+
+def _delta_cell(out: dict[str, Any]) -> str:
+    n = f", n={out['num_units']}" if out.get("num_units") is not None else ""
+    return f"{out['delta']:.3g} ({out['delta_rule']}{n})"
 
 
 def _planned_config(args: argparse.Namespace, host: Any) -> tuple[Any, str]:
@@ -340,7 +359,7 @@ def _print_planned(out: dict[str, Any]) -> None:
     if "target_epsilon" in out:
         rows.append(("target ε", f"{out['target_epsilon']:g}"))
     rows += [("σ", f"{out['sigma']:.6g}" if out["sigma_used"] else "- (nothing in the plan takes the shared σ)"),
-             ("δ", f"{out['delta']:.3g} ({out['delta_rule']}, n={out['num_units']})"),
+             ("δ", _delta_cell(out)),
              ("ε", f"{out['epsilon']:.6g}"),
              ("optimal α", "-" if out["alpha"] is None else f"{out['alpha']:g}")]
     if out["parts"]:
