@@ -49,6 +49,8 @@ class RunDirectory:
         self.path = self.staging_path(self.final)
         if self.path.exists() and not resume:
             shutil.rmtree(self.path)
+        # parent folders this run creates (e.g. runs/): removed again by discard() if left empty
+        self._new_parents = [p for p in self.path.parents if not p.exists()]
         self.path.mkdir(parents=True, exist_ok=resume)
         self._metrics = (self.path / "metrics.jsonl").open("a" if resume else "w", encoding="utf-8")
 
@@ -78,8 +80,14 @@ class RunDirectory:
         return self.final
 
     def discard(self) -> None:
+        """Remove the partial folder, and the parent folders it created if nothing else is in them."""
         self._metrics.close()
         shutil.rmtree(self.path, ignore_errors=True)
+        for parent in self._new_parents:  # deepest first
+            try:
+                parent.rmdir()
+            except OSError:  # another run wrote there meanwhile, or it is gone
+                break
 
     def close(self) -> None:
         """Stop writing and keep the ``.partial`` folder (a resumable sweep that stopped)."""
