@@ -61,7 +61,8 @@ def run_training(config: RunConfig, *, host: PluginHost | None = None,
         out.write_json("evaluation.json", evaluation)
         session.encoder.save(out.path / ("adapter" if session.task.model_family == "encoder" else "model"))
         row = {"name": config.name, **evaluation, "epsilon": report["epsilon"],
-               "noise_multiplier": report["noise_multiplier"], "steps": train["steps"],
+               # no Gaussian noise (non-private, or a release with its own mechanism): σ shows as "-"
+               "noise_multiplier": report["noise_multiplier"] or None, "steps": train["steps"],
                "seconds": time.perf_counter() - started}
         out.log_metrics({"final": True, **row})
         session.host.hook.graphveil_run_end(run_dir=out.final, report=read_only({**report, **evaluation}))

@@ -267,6 +267,8 @@ def run_demo(quick: bool = False, output: Path | None = None, progress: bool = T
                                       cfg.data.split.seed)}
         if "mrr_delta" in fields:
             gains[key] = fields["mrr_delta"]
+        if key == "base":
+            fields["epsilon"] = None  # the public model, trained on nothing: no mechanism ran, "-"
         return fields
 
     if setting not in SETTINGS:
