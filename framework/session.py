@@ -176,6 +176,33 @@ class TrainingSession:
         self.optimizer = self._build_optimizer()
         self.lr_schedule = self._build_schedule()
         self._prepared = True
+        if (noise := self.noise_per_step()) is not None:
+            log.info("noise per step: std %.3g per weight (σC/b̄), norm %.3g over %d trainable weights; each "
+                     "clipped tuple's gradient has norm <= %.3g", noise["std_per_weight"], noise["norm"],
+                     noise["trainable_weights"], noise["tuple_norm_bound"])
+
+    @property
+    def expected_batch_size(self) -> float:
+        """b̄ = rate · records of the sampling profile: DP steps divide the noisy sum by it."""
+        return self.sampling_profile.rate * self.sampling_profile.num_records
+
+    def noise_per_step(self) -> dict[str, Any] | None:
+        """The Gaussian noise in each step's averaged gradient, from the run's public numbers.
+
+        ``std_per_weight`` σC/b̄ and its expected norm ``norm`` σC√d/b̄ over the d trainable weights,
+        the yardstick for the (private) signal: the mean of b̄ clipped tuple gradients, each of
+        norm ≤ ``tuple_norm_bound`` (C, or C·κ for FREQ-CLIP), must stand out of it over the steps
+        (README: why entity level loses the Cora gain). None without DP training.
+        """
+        if not (self.trains_privately and self._prepared):
+            return None
+        d = sum(p.numel() for p in self.encoder.trainable_parameters())
+        clip = float(self.clipper.clip_norm)
+        std = self.noise_multiplier * clip / self.expected_batch_size
+        # FREQ-CLIP clips each tuple at C·κ (its sum over a unit has sensitivity C)
+        bound = clip * float(getattr(self.clipper, "kappa", None) or 1.0)
+        return {"std_per_weight": std, "norm": std * math.sqrt(d), "trainable_weights": d,
+                "tuple_norm_bound": bound}
 
     def bind_accounting(self, task: Any = None) -> None:
         """Everything between splitting the data and the first release: bind the plan's releases,
@@ -381,7 +408,7 @@ class TrainingSession:
         if steps and not self.plan.trains:
             raise ConfigError(f"method {cfg.method.name!r} has no training stage; {steps} steps were asked for")
         private = self.trains_privately
-        expected_b = self.sampling_profile.rate * self.sampling_profile.num_records
+        expected_b = self.expected_batch_size
         progress = _progress(steps, cfg.output.progress, desc=cfg.name)
         losses = []
         step_fn = dp_step if private else nonprivate_step
@@ -479,6 +506,8 @@ class TrainingSession:
                           releases=list(detail.get("releases", [])))
             # an accountant with more than one analysis (edge_pld: PLD and RDP) states each
             report.update({k: detail[k] for k in ("epsilon_pld", "epsilon_rdp", "accounting") if k in detail})
+            if (noise := self.noise_per_step()) is not None:
+                report["noise_per_step"] = noise
         else:
             report["epsilon"] = math.inf
         return report
