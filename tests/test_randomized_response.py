@@ -29,6 +29,7 @@ from graphveil.privacy.randomized_response import (
     randomized_response_edges,
     rr_event,
     sample_non_edge_indices,
+    uniform_below,
 )
 
 Rel = dp_accounting.privacy_accountant.NeighboringRelation
@@ -168,16 +169,51 @@ def test_the_sampler_is_uniform_over_k_subsets() -> None:
     assert all(abs(c - mean) < 5 * sd for c in counts.values()), counts
 
 
+# ---------------------------------------------------------------------------- CSPRNG integers
+def test_uniform_below_rejects_exactly_the_words_of_the_incomplete_last_block() -> None:
+    # high = 3: 2⁶⁴ = 3·q + 1, so the one word 2⁶⁴ − 1 would map to 0 once too often: it is rejected
+    top = np.uint64(2**64 - 1)
+    words = np.array([0, 1, 2, 5, top - np.uint64(1), top], dtype=np.uint64)
+    assert uniform_below(words, 3).tolist() == [0, 1, 2, 2, (2**64 - 2) % 3]
+    # high = 2⁶² + 1: 2⁶⁴ = 3·high + (2⁶² − 3), so every word at or above 3·high is rejected
+    high = 2**62 + 1
+    limit = 2**64 - 2**64 % high
+    words = np.array([limit - 1, limit, 2**64 - 1, high], dtype=np.uint64)
+    assert uniform_below(words, high).tolist() == [(limit - 1) % high, 0]
+    assert uniform_below(np.array([top], dtype=np.uint64), 2**32).tolist() == [2**32 - 1]  # 2^k: no rejection
+    with pytest.raises(ValueError):
+        uniform_below(words, 0)
+
+
+def test_default_draws_come_from_the_csprng(monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphveil.engine import noise
+
+    calls = []
+    real = noise.csprng_bytes
+    monkeypatch.setattr(noise, "csprng_bytes", lambda n: calls.append(n) or real(n))
+    torch.manual_seed(0)
+    np.random.seed(0)
+    edges = random_graph(80, 300, seed=5)
+    a = randomized_response_edges(edges, 80, 1.0)
+    torch.manual_seed(0)
+    np.random.seed(0)
+    b = randomized_response_edges(edges, 80, 1.0)
+    assert not torch.equal(a, b)  # fresh entropy, not the global generators
+    # the keep coins (8 bytes per true edge) and the non-edge candidates both read the keystream
+    assert calls[0] == 8 * 300 and len(calls) >= 4
+
+
 # ---------------------------------------------------------------------------- the mechanism
 @pytest.mark.parametrize("eps", [0.5, 2.0, 4.0])
-def test_keep_and_flip_rates_match_one_minus_p_and_p(eps: float) -> None:
+@pytest.mark.parametrize("seeded", [True, False])
+def test_keep_and_flip_rates_match_one_minus_p_and_p(eps: float, seeded: bool) -> None:
     n, m, runs = 300, 3000, 10
     edges = random_graph(n, m, seed=1)
     true = pair_set(edges)
     n0 = num_pairs(n) - m
     p = flip_probability(eps)
     kept = flipped = 0
-    g = gen(100 + int(eps * 10))
+    g = gen(100 + int(eps * 10)) if seeded else None  # None: the CSPRNG
     for _ in range(runs):
         out = randomized_response_edges(edges, n, eps, g)
         assert_canonical(out, n)
@@ -190,13 +226,14 @@ def test_keep_and_flip_rates_match_one_minus_p_and_p(eps: float) -> None:
     assert abs(flipped - flip_trials * p) < 5 * math.sqrt(flip_trials * p * (1 - p))
 
 
-def test_each_unordered_pair_is_decided_once_with_presence_probability_1_minus_p_or_p() -> None:
+@pytest.mark.parametrize("seeded", [True, False])
+def test_each_unordered_pair_is_decided_once_with_presence_probability_1_minus_p_or_p(seeded: bool) -> None:
     """Per-pair marginals on 6 nodes (15 pairs) over many runs, and pairwise independence."""
     n, eps, runs = 6, 1.0, 4000
     edges = torch.tensor([[0, 0, 1, 2, 3], [1, 4, 2, 5, 4]])
     true = pair_set(edges)
     p = flip_probability(eps)
-    g = gen(5)
+    g = gen(5) if seeded else None
     presence = np.zeros((n, n))
     joint = 0  # both of the non-edges (0, 2) and (3, 5)
     sizes = []

@@ -30,8 +30,16 @@ O(m + K) random draws and memory (m true edges, K ≈ N₀·p flipped non-edges)
   P[non-edge set = S] = P[K = |S|] / C(N₀, |S|) = p^|S| (1 − p)^(N₀ − |S|) — exactly independent
   Bernoulli(p) flips of the non-edges.
 
-The numpy stream (``PCG64``) is seeded from the caller's ``torch.Generator``, so one torch seed
-reproduces the whole release. It is a statistical PRNG, not a cryptographically secure source.
+**Randomness.** By default (``generator=None``) every draw that decides which pairs are
+released — each true edge's keep coin and the uniform candidates of the non-edge sampler — comes
+from the same OS-keyed AES-256-CTR keystream as the Gaussian noise
+(:func:`graphveil.engine.noise.csprng_bytes`): 53-bit uniforms, and integers below N by
+rejection of 64-bit words (:func:`uniform_below`, exact). Only the count K is drawn by numpy's
+exact binomial sampler on a ``PCG64`` seeded with 256 fresh bits from ``os.urandom`` and used for
+that one draw: K is visible in the release's size anyway, and nothing else is drawn from that
+stream. With a ``torch.Generator`` (a configured seed, for reproducible research) all draws come
+from a ``PCG64`` seeded from it instead: one torch seed reproduces the whole release, and whoever
+knows the seed can recompute every coin.
 
 **Pair indices.** Pairs are numbered in colexicographic order, index(u, v) = v(v−1)/2 + u for
 u < v, a bijection between {(u, v): 0 ≤ u < v < n} and [0, n(n−1)/2) (:func:`pair_index`,
@@ -216,9 +224,11 @@ def _isin_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     return sorted_set[pos] == values
 
 
-def sample_non_edge_indices(rng: np.random.Generator, edge_indices: np.ndarray, total_pairs: int,
+def sample_non_edge_indices(rng: np.random.Generator | _Draws, edge_indices: np.ndarray, total_pairs: int,
                             k: int) -> np.ndarray:
     """k distinct pair indices from [0, total_pairs) outside ``edge_indices``, uniform over k-subsets.
+
+    ``rng`` is a numpy ``Generator`` or the mechanism's draws (:class:`_Draws`, CSPRNG by default).
 
     ``edge_indices`` must be sorted and unique. Candidates are drawn i.i.d. uniformly from the
     whole index space and taken in draw order; a candidate is rejected if it is an edge or was
@@ -247,7 +257,8 @@ def sample_non_edge_indices(rng: np.random.Generator, edge_indices: np.ndarray, 
         available = n0 - int(chosen.size)
         expected_draws = need * (total_pairs / available)
         batch = int(min(_MAX_BATCH, math.ceil(1.1 * expected_draws) + 64))
-        cand = rng.integers(0, total_pairs, size=batch, dtype=np.int64)
+        cand = (rng.integers(0, total_pairs, size=batch, dtype=np.int64) if isinstance(rng, np.random.Generator)
+                else rng.below(total_pairs, batch))
         _, first = np.unique(cand, return_index=True)
         cand = cand[np.sort(first)]  # first occurrences, still in draw order
         cand = cand[~_isin_sorted(cand, edge_indices)]
@@ -303,8 +314,62 @@ def _numpy_rng(generator: torch.Generator) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(w) for w in words.tolist()]))
 
 
+def uniform_below(words: np.ndarray, high: int) -> np.ndarray:
+    """The accepted draws of integers uniform on [0, high) from uniform 64-bit ``words`` (uint64).
+
+    A word w is accepted iff w < 2⁶⁴ − (2⁶⁴ mod high), the largest multiple of ``high`` that fits,
+    and maps to w mod high: each value then has exactly (2⁶⁴ − (2⁶⁴ mod high))/high preimages,
+    so the accepted draws are exactly uniform (plain w mod high would favour the small values).
+    Returns int64 values, in the order of their words.
+    """
+    if not 1 <= high <= _INT64_MAX:
+        raise ValueError(f"high must be in [1, 2^63 - 1], got {high}")
+    limit = np.uint64(2**64 - (2**64 % high)) if 2**64 % high else None  # None: every word fits
+    accepted = words if limit is None else words[words < limit]
+    return (accepted % np.uint64(high)).astype(np.int64)
+
+
+class _Draws:
+    """Where one release's randomness comes from (module note **Randomness**).
+
+    ``rng=None``: the CSPRNG keystream (deployment); a numpy ``Generator``: that stream (seeded).
+    """
+
+    def __init__(self, rng: np.random.Generator | None) -> None:
+        self.rng = rng
+
+    def _words(self, n: int) -> np.ndarray:
+        from graphveil.engine.noise import csprng_bytes
+
+        if self.rng is not None:
+            return self.rng.integers(0, 2**64, size=n, dtype=np.uint64, endpoint=False)
+        return np.frombuffer(csprng_bytes(8 * n), dtype=np.uint64)
+
+    def uniform(self, n: int) -> np.ndarray:
+        """n float64 uniforms on [0, 1), multiples of 2⁻⁵³ (the top 53 bits of each word)."""
+        return (self._words(n) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+    def below(self, high: int, n: int) -> np.ndarray:
+        """n int64 integers uniform on [0, high) (:func:`uniform_below`, drawing until n are accepted)."""
+        parts, got = [], 0
+        while got < n:
+            # a word is rejected with probability < 1/2: ask for twice what is missing, plus slack
+            part = uniform_below(self._words(2 * (n - got) + 16), high)[: n - got]
+            parts.append(part)
+            got += part.size
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    def binomial(self, n: int, p: float) -> int:
+        """K ~ Binomial(n, p) by numpy's exact sampler (on a one-off stream seeded from os.urandom
+        unless a seeded stream was given)."""
+        import os
+
+        rng = self.rng if self.rng is not None else np.random.default_rng(int.from_bytes(os.urandom(32), "big"))
+        return int(rng.binomial(n, p))
+
+
 def randomized_response_edges(edges: torch.Tensor, num_nodes: int, epsilon: float,
-                              generator: torch.Generator,
+                              generator: torch.Generator | None = None,
                               max_output_edges: int = 50_000_000) -> torch.Tensor:
     """ε-edge-DP randomized response on every unordered pair of ``num_nodes`` nodes, once.
 
@@ -317,6 +382,9 @@ def randomized_response_edges(edges: torch.Tensor, num_nodes: int, epsilon: floa
     Before anything is drawn, the expected output size m(1 − p) + N₀·p is compared with
     ``max_output_edges``; RR densifies the graph at small ε (paper 2 found ε = 4 infeasible).
 
+    ``generator``: None (default) draws from the CSPRNG; a seeded ``torch.Generator`` makes the
+    release reproducible, and recomputable by whoever knows the seed (module note **Randomness**).
+
     :raises ValueError: on a bad ε, a malformed ``edges`` (shape, u ≥ v, ids outside [0, n),
         duplicates), n(n−1)/2 beyond int64, or an expected output above ``max_output_edges``.
     """
@@ -324,8 +392,8 @@ def randomized_response_edges(edges: torch.Tensor, num_nodes: int, epsilon: floa
     p = flip_probability(eps)
     total = num_pairs(num_nodes)
     n = int(num_nodes)
-    if not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None (CSPRNG), got {type(generator).__name__}")
     if isinstance(max_output_edges, bool) or not isinstance(max_output_edges, (int, np.integer)) \
             or max_output_edges < 0:
         raise ValueError(f"max_output_edges must be an int >= 0, got {max_output_edges!r}")
@@ -341,13 +409,12 @@ def randomized_response_edges(edges: torch.Tensor, num_nodes: int, epsilon: floa
     if expected > max_output_edges:
         raise ValueError(_size_refusal(n, m, n0, eps, p, expected, int(max_output_edges)))
 
+    draws = _Draws(None if generator is None else _numpy_rng(generator))
     # true edges: one Bernoulli(1 − p) each (float64 uniforms)
-    keep = (torch.rand(m, dtype=torch.float64, generator=generator, device=generator.device) >= p).cpu().numpy()
-    kept = idx[keep]
+    kept = idx[draws.uniform(m) >= p]
     # non-edges: K ~ Binomial(N₀, p) exactly (int64 count), then a uniform K-subset of non-edges
-    rng = _numpy_rng(generator)
-    k = int(rng.binomial(n0, p)) if n0 > 0 else 0
-    flipped = sample_non_edge_indices(rng, idx, total, k) if k else np.empty(0, dtype=np.int64)
+    k = draws.binomial(n0, p) if n0 > 0 else 0
+    flipped = sample_non_edge_indices(draws, idx, total, k) if k else np.empty(0, dtype=np.int64)
     out_u, out_v = _np_index_to_pair(np.concatenate([kept, flipped]))
     order = np.lexsort((out_v, out_u))  # canonical order: the position reveals nothing
     out = np.stack([out_u[order], out_v[order]])
@@ -368,15 +435,15 @@ class EdgeRandomizedResponse(BaseTransform):
     released edges are true, so no per-edge value can survive it. Sparse adjacency layouts
     (``adj``, ``adj_t``) are refused; convert to ``edge_index`` first.
 
-    ``generator`` is used statefully: calling the transform twice gives two independent releases
-    (and spends ε twice). :meth:`event` is the accounting event of one call.
+    ``generator`` (None: the CSPRNG) is used statefully: calling the transform twice gives two
+    independent releases (and spends ε twice). :meth:`event` is the accounting event of one call.
     """
 
-    def __init__(self, epsilon: float, generator: torch.Generator,
+    def __init__(self, epsilon: float, generator: torch.Generator | None = None,
                  max_output_edges: int = 50_000_000) -> None:
         self.epsilon = _check_epsilon(epsilon)
-        if not isinstance(generator, torch.Generator):
-            raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise ValueError(f"generator must be a torch.Generator or None (CSPRNG), got {type(generator).__name__}")
         self.generator = generator
         self.max_output_edges = max_output_edges
 

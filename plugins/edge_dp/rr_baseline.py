@@ -12,14 +12,14 @@ Stage 2: the encoder is fine-tuned WITHOUT noise on the released relations (the 
 ``relations: released:rr_relations``): post-processing. Entity texts are public at edge level
 (the unit protects relations, not entities), so reading them costs nothing.
 
-The RR draws come from a generator seeded from OS entropy (never written), or from
-``privacy.research_noise_seed``; the generator is a statistical PRNG (numpy PCG64 / torch).
+The RR coins come from the OS-keyed CSPRNG that draws the Gaussian noise, or, with
+``privacy.research_noise_seed`` (reproducible research only; a federated site refuses it), from a
+numpy stream seeded by it (see randomized_response's note **Randomness**).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -42,7 +42,8 @@ class RelationRR(Mechanism):
     def __init__(self, epsilon: float | None, seed: int | None, max_output_edges: int) -> None:
         self.epsilon = epsilon
         self.max_output_edges = max_output_edges
-        self.generator = torch.Generator().manual_seed(secrets.randbits(63) if seed is None else seed)
+        # no seed: the CSPRNG (randomized_response_edges); a seed: reproducible, and recomputable by its holders
+        self.generator = None if seed is None else torch.Generator().manual_seed(seed)
 
     def sensitivity(self) -> float:
         return 1.0  # one pair's input bit

@@ -9,14 +9,13 @@ accounted by the exact RR curve (``RandomizedResponseDpEvent``, pure ε; reporte
 Stage 2, ``Train(private=False)``: GraphSAGE on the released graph with public features and
 labels (edge level): post-processing. The RR ε is the run's ``privacy.target_epsilon``.
 
-The RR draws come from a generator seeded from OS entropy (never written), or from
-``privacy.research_noise_seed`` for reproducible research; the generator is a statistical
-PRNG (numpy PCG64 / torch), not a CSPRNG — see the README's guarantee section.
+The RR coins come from the OS-keyed CSPRNG that draws the Gaussian noise, or, with
+``privacy.research_noise_seed`` (reproducible research only; a federated site refuses it), from a
+numpy stream seeded by it (see randomized_response's note **Randomness**).
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -41,7 +40,8 @@ class RandEdge(Mechanism):
         if unit is not None:
             self.unit = unit
         self.epsilon = epsilon
-        self.generator = torch.Generator().manual_seed(secrets.randbits(63) if seed is None else seed)
+        # no seed: the CSPRNG (randomized_response_edges); a seed: reproducible, and recomputable by its holders
+        self.generator = None if seed is None else torch.Generator().manual_seed(seed)
 
     def sensitivity(self) -> float:
         return 1.0  # one pair's input bit

@@ -226,6 +226,24 @@ MUTANTS: tuple[Mutant, ...] = (
           "    if (tiny := _unsampled_rdp(orders, sigma, float(K))) is not None:  # MUTANT\n"),),
     ),
     Mutant(
+        "rr-below-reject", "randomized response's integers: rejection of the incomplete last block (dropped: w mod N)",
+        (("framework/privacy/randomized_response.py",
+          "    accepted = words if limit is None else words[words < limit]\n",
+          "    accepted = words  # MUTANT\n"),),
+    ),
+    Mutant(
+        "rr-default-csprng", "randomized response without a generator: a fixed numpy stream instead of the CSPRNG",
+        (("framework/privacy/randomized_response.py",
+          "    draws = _Draws(None if generator is None else _numpy_rng(generator))\n",
+          "    draws = _Draws(np.random.default_rng(0) if generator is None else _numpy_rng(generator))  # MUTANT\n"),),
+    ),
+    Mutant(
+        "rr-uniform-bits", "randomized response's 53-bit uniforms (one bit short: [0, 1/2))",
+        (("framework/privacy/randomized_response.py",
+          "        return (self._words(n) >> np.uint64(11)).astype(np.float64) * 2.0**-53\n",
+          "        return (self._words(n) >> np.uint64(12)).astype(np.float64) * 2.0**-53  # MUTANT\n"),),
+    ),
+    Mutant(
         "quad-nested", "the nested refinement of the quadrature (the coarser sum not halved)",
         (("plugins/entity_dp/coupled_rdp.py",
           "                s_h += prev / 2\n",
