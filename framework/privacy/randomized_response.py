@@ -353,8 +353,10 @@ class _Draws:
         """n int64 integers uniform on [0, high) (:func:`uniform_below`, drawing until n are accepted)."""
         parts, got = [], 0
         while got < n:
-            # a word is rejected with probability < 1/2: ask for twice what is missing, plus slack
-            part = uniform_below(self._words(2 * (n - got) + 16), high)[: n - got]
+            # a word is rejected with probability (2⁶⁴ mod high)/2⁶⁴: about high/2⁶⁴ for counts up
+            # to 2⁶², below 1/3 for any count up to 2⁶³ − 1; the loop draws what is still missing
+            need = n - got
+            part = uniform_below(self._words(need + (need >> 4) + 64), high)[:need]
             parts.append(part)
             got += part.size
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
