@@ -184,6 +184,11 @@ def test_relational_run_is_reaccounted_from_its_recorded_profile(tmp_path: Path)
     assert not accounting._public  # degree capping reads the data: the recorded profile is used
     eps = [accounting.epsilon_after(t) for t in (1, 2, 3)]
     assert eps[0] < eps[1] < eps[2] == pytest.approx(cell.privacy["epsilon"], rel=1e-9)
+    # the curve the report draws: one accountant stepped from t to t, the same ε as fresh ones
+    assert accounting.epsilons_after([1, 2, 3]) == pytest.approx(eps, rel=1e-12)
+    assert accounting.epsilons_after([2, 3]) == pytest.approx(eps[1:], rel=1e-12)
+    with pytest.raises(ValueError, match="increasing"):
+        accounting.epsilons_after([2, 2])
     names = accounting.applicable_accountants()
     assert {"coupled_rdp", "coupled_rdp_freq"} <= set(names) and "edge_rdp" not in names
     sigmas = [accounting.calibrate(e) for e in (2.0, 4.0, 8.0)]
@@ -212,6 +217,7 @@ def test_a_run_whose_claim_the_accountant_does_not_reproduce_is_refused(tmp_path
     (cell,) = load_source(run).cells
     accounting = RunAccounting.of(cell, default_host())
     assert accounting.epsilon_after(4) == pytest.approx(planned["epsilon"], rel=1e-12)
+    assert accounting.epsilons_after([1, 4]) == pytest.approx([accounting.epsilon_after(1), planned["epsilon"]], rel=1e-12)
     privacy["epsilon"] = planned["epsilon"] * 0.9
     (run / "privacy.json").write_text(json.dumps(privacy))
     (cell,) = load_source(run).cells

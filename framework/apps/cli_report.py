@@ -151,7 +151,7 @@ def account(sources: Sequence[Source], *, progress: bool, host: Any) -> dict[str
             grid = steps_grid(accounting.steps)
             steps.append({"label": f"{source.label}: ε={eps:g} (σ={accounting.sigma:.3g})", "source": source.label,
                           "target_epsilon": eps, "sigma": accounting.sigma, "delta": accounting.delta,
-                          "steps": grid, "epsilon": [accounting.epsilon_after(t) for t in grid],
+                          "steps": grid, "epsilon": accounting.epsilons_after(grid),
                           "run_steps": accounting.steps, "run_epsilon": cell.epsilon, "run_dir": str(cell.run_dir)})
         bar.update(1)
     bar.close()

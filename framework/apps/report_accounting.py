@@ -84,6 +84,24 @@ class RunAccounting:
         accountant.step(noise_multiplier=self.sigma, num_steps=steps)
         return float(accountant.get_epsilon(self.delta))
 
+    def epsilons_after(self, grid: list[int]) -> list[float]:
+        """:meth:`epsilon_after` at each t of an increasing ``grid`` (t ≥ 1).
+
+        A relational run's accountant is bound once and stepped from one t to the next, as the
+        run stepped it, so its per-step curve at σ is computed once (binding a fresh accountant
+        per t recomputed Thm C.1's curve every time: 11 of a report's 12 minutes).
+        """
+        if any(b <= a for a, b in zip(grid, grid[1:], strict=False)) or (grid and grid[0] < 1):
+            raise ValueError(f"grid must be increasing steps >= 1, got {grid}")
+        if self._public:
+            return [self.epsilon_after(t) for t in grid]
+        accountant, done, out = self._bound(self.accountant), 0, []
+        for t in grid:
+            accountant.step(noise_multiplier=self.sigma, num_steps=t - done)
+            done = t
+            out.append(float(accountant.get_epsilon(self.delta)))
+        return out
+
     # ------------------------------------------------------------------ σ for a target ε
     def applicable_accountants(self) -> list[str]:
         """Every registered accountant the run's sampler, clipper and unit pass the invariant
