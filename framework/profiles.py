@@ -77,6 +77,11 @@ class SamplingProfile:
     batch_size: int = 0
     examples_per_unit: int | None = 1
 
+    @property
+    def expected_batch_size(self) -> float:
+        """b̄ = γ·m, the expected number of positive records per step (DP steps divide by it)."""
+        return self.rate * self.num_records
+
 
 @dataclass(frozen=True)
 class SensitivityProfile:

@@ -30,7 +30,7 @@ from graphveil.errors import ConfigError, PluginError
 from graphveil.host import PluginHost, default_host, read_only
 from graphveil.invariant import check_run, check_structure, check_units
 from graphveil.methods import MODEL_KEY, Plan, PostProcess, Release, Stage
-from graphveil.privacy.delta import DEFAULT_DELTA_RULE, default_delta, delta_too_large
+from graphveil.privacy.delta import DEFAULT_DELTA_RULE, default_delta, delta_warning
 from graphveil.records_store import RecordsStore, records_key
 from graphveil.tasks import Task
 from graphveil.units import PrivacyUnit
@@ -181,11 +181,6 @@ class TrainingSession:
                      "clipped tuple's gradient has norm <= %.3g", noise["std_per_weight"], noise["norm"],
                      noise["trainable_weights"], noise["tuple_norm_bound"])
 
-    @property
-    def expected_batch_size(self) -> float:
-        """b̄ = rate · records of the sampling profile: DP steps divide the noisy sum by it."""
-        return self.sampling_profile.rate * self.sampling_profile.num_records
-
     def noise_per_step(self) -> dict[str, Any] | None:
         """The Gaussian noise in each step's averaged gradient, from the run's public numbers.
 
@@ -198,7 +193,7 @@ class TrainingSession:
             return None
         d = sum(p.numel() for p in self.encoder.trainable_parameters())
         clip = float(self.clipper.clip_norm)
-        std = self.noise_multiplier * clip / self.expected_batch_size
+        std = self.noise_multiplier * clip / self.sampling_profile.expected_batch_size
         # FREQ-CLIP clips each tuple at C·κ (its sum over a unit has sensitivity C)
         bound = clip * float(getattr(self.clipper, "kappa", None) or 1.0)
         return {"std_per_weight": std, "norm": std * math.sqrt(d), "trainable_weights": d,
@@ -315,8 +310,7 @@ class TrainingSession:
         training = self.config.training
         if training.epochs is None:
             return training.steps
-        expected = profile.rate * profile.num_records
-        return max(1, math.ceil(training.epochs * profile.num_records / expected))
+        return max(1, math.ceil(training.epochs * profile.num_records / profile.expected_batch_size))
 
     # The relational task's split, for callers that inspect a relational session.
     @property
@@ -345,14 +339,10 @@ class TrainingSession:
             self.delta, self.delta_rule = default_delta(self.num_units), DEFAULT_DELTA_RULE
             return
         self.delta, self.delta_rule = float(cfg.privacy.delta), "explicit"
-        if cfg.privacy.enabled and delta_too_large(self.delta, self.num_units):
-            log.warning(
-                "privacy.delta=%.3g is not below 1/n for n=%d privacy units (%s-level: %s): a "
-                "mechanism may then publish one unit's data in the clear and still satisfy the "
-                "claim; the default rule would give %.0e", self.delta, self.num_units,
-                getattr(unit, "value", unit), "training relations" if unit == PrivacyUnit.EDGE
-                else "training units", default_delta(self.num_units),
-            )
+        what = "training relations" if unit == PrivacyUnit.EDGE else "training units"
+        if cfg.privacy.enabled and (warning := delta_warning(self.delta, self.num_units, "privacy.delta",
+                                                             f"{getattr(unit, 'value', unit)}-level: {what}")):
+            log.warning("%s", warning)
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         from graphveil.engine.dp_step import build_optimizer
@@ -408,7 +398,7 @@ class TrainingSession:
         if steps and not self.plan.trains:
             raise ConfigError(f"method {cfg.method.name!r} has no training stage; {steps} steps were asked for")
         private = self.trains_privately
-        expected_b = self.expected_batch_size
+        expected_b = self.sampling_profile.expected_batch_size
         progress = _progress(steps, cfg.output.progress, desc=cfg.name)
         losses = []
         step_fn = dp_step if private else nonprivate_step

@@ -200,6 +200,16 @@ def test_default_delta_rule(n: int, delta: float) -> None:
     assert default_delta(n) <= 1 / (10 * n)
 
 
+def test_delta_module_doctests() -> None:
+    # default_delta's rule, delta_too_large's edge and the shared δ ≥ 1/n warning (run and CLI)
+    import doctest
+
+    import graphveil.privacy.delta as delta_module
+
+    result = doctest.testmod(delta_module)
+    assert result.attempted >= 9 and result.failed == 0
+
+
 def test_default_delta_refuses_nonsense() -> None:
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError):

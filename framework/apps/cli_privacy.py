@@ -174,16 +174,14 @@ def _profiles(args: argparse.Namespace) -> tuple[SamplingProfile, SensitivityPro
 
 def _delta(args: argparse.Namespace) -> tuple[float, str, int | None]:
     """(δ, its rule, n): ``--delta``, else the run's default of the method's privacy units."""
-    from graphveil.privacy import DEFAULT_DELTA_RULE, default_delta, delta_too_large
+    from graphveil.privacy import DEFAULT_DELTA_RULE, default_delta, delta_warning
 
     flag, units = ("--nodes", args.nodes) if args.method == "entity" else ("--edges", args.edges)
     if args.delta is not None:
         if not 0 < args.delta < 1:
             raise PrivacyError(f"--delta must be in (0, 1), got {args.delta!r}")
-        if units is not None and delta_too_large(args.delta, units):
-            log.warning("--delta %.3g is not below 1/n for n=%d privacy units (%s): a mechanism may then "
-                        "publish one unit's data in the clear and still satisfy the claim; the default rule "
-                        "would give %.0e", args.delta, units, flag, default_delta(units))
+        if units is not None and (warning := delta_warning(args.delta, units, "--delta", flag)):
+            log.warning("%s", warning)
         return args.delta, "explicit", units
     if units is None:
         raise ConfigError(f"--delta is required unless {flag} is given (default δ = "

@@ -10,7 +10,12 @@ from graphveil.privacy.conversion import (
     validate_delta,
     validate_orders,
 )
-from graphveil.privacy.delta import DEFAULT_DELTA_RULE, default_delta, delta_too_large
+from graphveil.privacy.delta import (
+    DEFAULT_DELTA_RULE,
+    default_delta,
+    delta_too_large,
+    delta_warning,
+)
 from graphveil.privacy.rdp_accountant import (
     RdpAccountantBase,
     RdpParams,
@@ -29,6 +34,7 @@ __all__ = [
     "check_steps",
     "default_delta",
     "delta_too_large",
+    "delta_warning",
     "rdp_to_epsilon",
     "validate_delta",
     "validate_orders",

@@ -52,3 +52,19 @@ def delta_too_large(delta: float, num_units: int) -> bool:
     (True, False)
     """
     return delta * num_units >= 1.0 or math.isclose(delta * num_units, 1.0)
+
+
+def delta_warning(delta: float, num_units: int, name: str, units: str) -> str | None:
+    """The warning an explicit δ ≥ 1/n gets (None below 1/n); ``name`` is where δ was set
+    (``privacy.delta``, ``--delta``), ``units`` what the n privacy units are.
+
+    >>> delta_warning(1e-3, 1000, "--delta", "--edges")[:52]
+    '--delta=0.001 is not below 1/n for n=1000 privacy un'
+    >>> delta_warning(1e-5, 1000, "--delta", "--edges") is None
+    True
+    """
+    if not delta_too_large(delta, num_units):
+        return None
+    return (f"{name}={delta:.3g} is not below 1/n for n={num_units} privacy units ({units}): a mechanism may "
+            f"then publish one unit's data in the clear and still satisfy the claim; the default rule would "
+            f"give {default_delta(num_units):.0e}")

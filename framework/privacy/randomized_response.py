@@ -60,6 +60,7 @@ curve tends to ε at high orders and is never above the generic pure-ε curve mi
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -251,14 +252,14 @@ def sample_non_edge_indices(rng: np.random.Generator | _Draws, edge_indices: np.
     n0 = total_pairs - m
     if k < 0 or k > n0:
         raise ValueError(f"cannot choose {k} distinct non-edges among {n0}")
+    draws = rng if isinstance(rng, _Draws) else _Draws(rng)
     chosen = np.empty(0, dtype=np.int64)
     while chosen.size < k:
         need = k - int(chosen.size)
         available = n0 - int(chosen.size)
         expected_draws = need * (total_pairs / available)
         batch = int(min(_MAX_BATCH, math.ceil(1.1 * expected_draws) + 64))
-        cand = (rng.integers(0, total_pairs, size=batch, dtype=np.int64) if isinstance(rng, np.random.Generator)
-                else rng.below(total_pairs, batch))
+        cand = draws.below(total_pairs, batch)
         _, first = np.unique(cand, return_index=True)
         cand = cand[np.sort(first)]  # first occurrences, still in draw order
         cand = cand[~_isin_sorted(cand, edge_indices)]
@@ -364,8 +365,6 @@ class _Draws:
     def binomial(self, n: int, p: float) -> int:
         """K ~ Binomial(n, p) by numpy's exact sampler (on a one-off stream seeded from os.urandom
         unless a seeded stream was given)."""
-        import os
-
         rng = self.rng if self.rng is not None else np.random.default_rng(int.from_bytes(os.urandom(32), "big"))
         return int(rng.binomial(n, p))
 
