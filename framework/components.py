@@ -129,6 +129,12 @@ class Sampler(_ClaimsUnit, ABC):
     def profile(self) -> SamplingProfile:
         """The profile returned by :meth:`prepare` (raises if not prepared)."""
 
+    def public_profile(self) -> SamplingProfile | None:
+        """The numbers the accountant will analyse, known before any data is read (e.g. from a
+        public size floor), or ``None`` (default) if they depend on the data. A federated site
+        reserves its spend from this profile before it reads its graph."""
+        return None
+
 
 # --------------------------------------------------------------------------------------------
 # Clippers

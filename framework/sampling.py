@@ -149,6 +149,7 @@ class PoissonTupleSampler(Sampler):
         self.params = params
         self._edges: torch.Tensor | None = None
         self._profile: SamplingProfile | None = None
+        self._rate = 0.0  # the inclusion probability sample() uses (≤ the profile's rate)
 
     # ---------------------------------------------------------------- subclass hooks
     def _records(self, graph: RelationalGraph, generator: torch.Generator) -> torch.Tensor:
@@ -224,25 +225,47 @@ class PoissonTupleSampler(Sampler):
         else:
             records = self.check_records(graph, records)
         m, n, b = int(records.shape[0]), graph.num_nodes, self.params.batch_size
-        if m == 0:
-            raise DataError(f"graph {graph.name!r} has no edges to sample positives from")
-        if b > m:
-            raise ConfigError(
-                f"sampler.batch_size={b} exceeds the {m} sampleable edges of graph {graph.name!r} "
-                "(after any degree capping): the Poisson rate b/m would exceed 1"
-            )
+        floor = self._size_floor()
+        if floor is None:
+            if m == 0:
+                raise DataError(f"graph {graph.name!r} has no edges to sample positives from")
+            if b > m:
+                raise ConfigError(
+                    f"sampler.batch_size={b} exceeds the {m} sampleable edges of graph {graph.name!r} "
+                    "(after any degree capping): the Poisson rate b/m would exceed 1"
+                )
+            accounted_m, self._rate = m, b / m
+        else:
+            # A public floor m₀ (min_records): sample at b/max(m, m₀) ≤ b/m₀ and state b/m₀, so the
+            # profile the accountant analyses holds public numbers only and nothing here can fail
+            # on the private size m (an empty record set samples empty batches: noise-only steps).
+            accounted_m, self._rate = floor, b / max(m, floor)
         self._validate(m, n)
         self._edges = records
         self._profile = SamplingProfile(
-            kind=self.sampling_kind, rate=b / m, num_records=m, num_nodes=n,
+            kind=self.sampling_kind, rate=b / accounted_m, num_records=accounted_m, num_nodes=n,
             degree_cap=self._degree_cap(), k_neg=self.params.k_neg,
         )
         return self._profile
 
+    def _size_floor(self) -> int | None:
+        """m₀, a public lower bound on the number of records (default: none, γ = b/m exactly)."""
+        return None
+
+    def public_profile(self) -> SamplingProfile | None:
+        """What the accountant will analyse, from public numbers alone (no data read): the
+        profile :meth:`prepare` returns but for the node count (0 here; only the negatives read
+        it). ``None`` if the accounted numbers depend on the data (no size floor)."""
+        floor = self._size_floor()
+        if floor is None:
+            return None
+        return SamplingProfile(kind=self.sampling_kind, rate=self.params.batch_size / floor,
+                               num_records=floor, degree_cap=self._degree_cap(), k_neg=self.params.k_neg)
+
     def sample(self, generator: torch.Generator) -> TupleBatch:
-        profile = self.profile
         assert self._edges is not None
-        positives = self._edges.index_select(0, poisson_subset(profile.num_records, profile.rate, generator))
+        picked = poisson_subset(int(self._edges.shape[0]), self._rate, generator)
+        positives = self._edges.index_select(0, picked)
         negatives = self._negatives(positives.shape[0], generator)
         return pair_with_random_ends(positives, negatives, generator)
 

@@ -236,6 +236,29 @@ class TrainingSession:
             if release.mechanism.calibrated():
                 release.mechanism.noise_multiplier = self.noise_multiplier
 
+    def bind_public_accounting(self) -> bool:
+        """Bind the clipper and accountant from public numbers alone, before any data is read.
+
+        Possible when the sampler states its accounted profile without data
+        (:meth:`Sampler.public_profile`, e.g. a public size floor), σ and δ are given and the
+        plan is one DP-SGD stage; then :attr:`accountant` holds exactly what :meth:`prepare`
+        will bind it to, and a federated site reserves its spend before reading its graph.
+        :returns: whether it was bound (``False``: the accounted numbers need the data).
+        """
+        if self.sampler is None:
+            self.assemble()
+        cfg = self.config
+        profile = self.sampler.public_profile()
+        if (profile is None or not self.trains_privately or self.plan.releases
+                or cfg.privacy.noise_multiplier is None or cfg.privacy.delta is None):
+            return False
+        self.sampling_profile = profile
+        self.clipper.bind(profile)
+        self.accountant.bind(profile, self.clipper.profile)
+        self.noise_multiplier = float(cfg.privacy.noise_multiplier)
+        self.delta, self.delta_rule = float(cfg.privacy.delta), "explicit"
+        return True
+
     def _bind_sampler_to_release(self) -> None:
         """Prepare the sampler again on the task's training view once the release it reads has
         run (paper 2's RR baseline trains on randomized relations). Before, the raw training side

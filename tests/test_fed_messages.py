@@ -166,15 +166,22 @@ class _LeakySession(FakeSession):
         raise DataError("entities.jsonl, line 3: unknown entity 'patient-0042'")
 
 
-def test_a_failure_leaks_no_data_and_the_reserved_spend_still_counts(tmp_path: Path) -> None:
-    cfg = node_config(tmp_path)
-    reply = handle_train(train_content(1, 3), site_context(11, cfg, RUN_CONFIG), session_factory=_LeakySession)
-    site = dict(reply.config_records[records.SITE])
-    assert site["status"] == records.FAILED
-    assert "patient-0042" not in json.dumps(records.describe_content(reply))
-    assert site["reason"] == "DataError while training; details are in the site's log"
-    assert records.ARRAYS not in reply
-    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+def test_a_failure_after_the_reservation_is_charged_and_answered_like_a_trained_round(tmp_path: Path) -> None:
+    """Once the spend is reserved, the reply's kind and fields do not depend on what the data did:
+    a failure is charged in full and sends back the server's own arrays, in a trained reply."""
+    quiet = {"share-utility-metrics": False}  # held-out scores are a non-private opt-in
+    cfg = node_config(tmp_path, **quiet)
+    sent = FakeEncoder(seed=4).trainable_state()
+    ok = handle_train(train_content(1, 3, state=sent), site_context(11, cfg, RUN_CONFIG), session_factory=FakeSession)
+    (tmp_path / "other").mkdir()
+    cfg2 = node_config(tmp_path / "other", **quiet)
+    bad = handle_train(train_content(1, 3, state=sent), site_context(11, cfg2, RUN_CONFIG),
+                       session_factory=_LeakySession)
+    assert records.describe_content(bad) == records.describe_content(ok)  # same fields, shapes and scalars
+    assert "patient-0042" not in json.dumps(records.describe_content(bad))
+    for key, value in records.state_from_arrays(bad.array_records[records.ARRAYS]).items():
+        assert torch.equal(value, sent[key])  # the server's arrays, unchanged: nothing of the data
+    with PrivacyLedger(cfg2["ledger"], create=False) as ledger:
         (entry,) = ledger.entries()
         assert entry.status == "withheld" and entry.steps == 3  # reserved before training: counted
 

@@ -161,10 +161,16 @@ class FakeSession:
         self.prepared = False
         FakeSession.instances.append(self)
 
-    def prepare(self) -> None:
-        self.prepared = True
+    def bind_public_accounting(self) -> bool:
+        """As a real edge-level session with the site's size floor: σ, δ and the accountant are
+        known before the graph is read (prepare() then reads it)."""
         self.noise_multiplier = float(self.config.privacy.noise_multiplier or 1.0)
         self.delta = float(self.config.privacy.delta or 1e-5)
+        return True
+
+    def prepare(self) -> None:
+        self.prepared = True
+        self.bind_public_accounting()
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         return self.encoder.trainable_state()
@@ -266,4 +272,4 @@ RUN_CONFIG: dict[str, Any] = {
     "task.privacy.noise_multiplier": 1.0,
 }
 #: The policy keys every test site sets (δ as the unit tests' accountant expects).
-SITE_POLICY: dict[str, Any] = {"delta": 1e-5, "privacy-unit": "edge"}
+SITE_POLICY: dict[str, Any] = {"delta": 1e-5, "privacy-unit": "edge", "min-records": 100}

@@ -27,6 +27,8 @@ from graphveil.connectors.flower.settings import (
 from graphveil.connectors.flower.site import handle_train
 from graphveil.errors import ConfigError
 
+#: A node-level site: no size floor (the coupled accountants need the exact sizes).
+NODE_SITE = {"privacy-unit": "node", "min-records": None}
 NODE_TASK = {"task.sampler.name": "entity_poisson_wor", "task.clipper.name": "standard_clip",
              "task.accountant.name": "coupled_rdp_standard"}
 
@@ -36,17 +38,18 @@ def _site(tmp_path: Path, **extra: Any) -> dict[str, Any]:
     folder.mkdir(exist_ok=True)
     (folder / "edges.tsv").write_text("source\ttarget\n")
     (folder / "entities.jsonl").write_text("")
-    return {"site-name": "bank-a", "data-path": str(folder / "edges.tsv"),
-            "data-entities": str(folder / "entities.jsonl"), "epsilon-budget": 5.0,
-            "ledger": str(folder / "ledger.sqlite"), **SITE_POLICY, **extra}
+    values = {"site-name": "bank-a", "data-path": str(folder / "edges.tsv"),
+              "data-entities": str(folder / "entities.jsonl"), "epsilon-budget": 5.0,
+              "ledger": str(folder / "ledger.sqlite"), **SITE_POLICY, **extra}
+    return {k: v for k, v in values.items() if v is not None}
 
 
 #: (case, node-config changes, run-config changes, local steps, key the refusal names)
 CASES = [
     ("delta", {}, {"task.privacy.delta": 0.5}, 3, "task.privacy.delta"),
-    ("privacy-unit", {"privacy-unit": "node"}, {}, 3, "privacy-unit"),
+    ("privacy-unit", NODE_SITE, {}, 3, "privacy-unit"),
     ("privacy-unit (task of the other unit)", {}, NODE_TASK, 3, "privacy-unit"),
-    ("accountants", {"privacy-unit": "node", "accountants": "coupled_rdp_freq"}, NODE_TASK, 3, "accountants"),
+    ("accountants", {**NODE_SITE, "accountants": "coupled_rdp_freq"}, NODE_TASK, 3, "accountants"),
     ("min-noise-multiplier (default 0.5)", {}, {"task.privacy.noise_multiplier": 0.3}, 3, "min-noise-multiplier"),
     ("min-noise-multiplier (site's)", {"min-noise-multiplier": 1.5}, {}, 3, "min-noise-multiplier"),
     ("σ calibrated to a target ε", {}, {"task.privacy.noise_multiplier": None, "task.privacy.target_epsilon": 2.0},
@@ -54,6 +57,15 @@ CASES = [
     ("max-steps-per-round (default 100)", {}, {}, 101, "max-steps-per-round"),
     ("max-steps-per-round (site's)", {"max-steps-per-round": 5}, {}, 6, "max-steps-per-round"),
     ("sampling seed", {}, {"task.seed": 1}, 3, "task.seed"),
+    ("local steps >= 1", {}, {}, 0, "local-steps"),
+    ("min-records is the site's", {}, {"task.sampler.min_records": 5}, 3, "task.sampler.min_records"),
+    ("degree-cap is the site's", NODE_SITE, {**NODE_TASK, "task.sampler.degree_cap": 9}, 3,
+     "task.sampler.degree_cap"),
+    ("numerics: normalisation off", {}, {"task.encoder.normalize": False}, 3, "task.encoder.normalize"),
+    ("clip norm above max-clip-norm", {"max-clip-norm": 2.0}, {"task.clipper.clip_norm": 3.0}, 3,
+     "clipper.clip_norm"),
+    ("clip norm below min-clip-norm (default 1e-4)", {}, {"task.clipper.clip_norm": 1e-6}, 3,
+     "clipper.clip_norm"),
     ("privacy disabled", {}, {"task.privacy.enabled": False, "task.privacy.noise_multiplier": None,
                               "task.clipper.name": "no_clip", "task.accountant.name": "no_accounting"},
      3, "task.privacy.enabled"),
@@ -91,7 +103,7 @@ def test_the_research_noise_seed_is_refused() -> None:
 
 
 def test_a_task_within_the_policy_passes(tmp_path: Path) -> None:
-    for node, run in (({}, {}), ({"privacy-unit": "node"}, NODE_TASK),
+    for node, run in (({}, {}), (NODE_SITE, NODE_TASK),
                       ({}, {"task.privacy.delta": SITE_POLICY["delta"]})):  # the site's own δ may be repeated
         site = SiteSettings.from_mapping(_site(tmp_path, **node))
         fed = FederationSettings.from_run_config(_run_config(run))
@@ -146,3 +158,41 @@ def test_the_client_app_refuses_before_reading_data_or_opening_the_ledger(
     assert records.ARRAYS not in reply and dict(reply.metric_records[records.METRICS]) == {}
     assert FakeSession.instances == []  # no session: the graph was not loaded
     assert not Path(cfg["ledger"]).exists()  # nothing reserved, not even a ledger file
+
+
+def test_the_site_config_pins_what_it_sets(tmp_path: Path) -> None:
+    """A task may repeat a value the site's site-config sets, never contradict it; a numerics key
+    the site pins to a non-default value may then be asked for."""
+    pins = tmp_path / "pins.yaml"
+    pins.write_text("encoder:\n  normalize: false\ntraining:\n  temperature: 0.1\n")
+    site = SiteSettings.from_mapping(_site(tmp_path, **{"site-config": str(pins)}))
+    for run, refused in (({"task.training.temperature": 0.5}, "task.training.temperature"),
+                         ({"task.training.temperature": 0.1, "task.encoder.normalize": False}, None)):
+        fed = FederationSettings.from_run_config(_run_config(run))
+        config = site_run_config(fed, site, seed=1)
+        if refused is None:
+            check_site_policy(site, fed, config, local_steps=3)
+            assert config.network.params["normalize"] is False
+        else:
+            with pytest.raises(PolicyRefusal, match=refused):
+                check_site_policy(site, fed, config, local_steps=3)
+
+
+def test_the_site_fixes_the_accounted_numbers_in_the_run_config(tmp_path: Path) -> None:
+    fed = FederationSettings.from_run_config(RUN_CONFIG)
+    edge = site_run_config(fed, SiteSettings.from_mapping(_site(tmp_path)), seed=1)
+    assert edge.sampler.params["min_records"] == SITE_POLICY["min-records"]
+    node_fed = FederationSettings.from_run_config(_run_config(NODE_TASK))
+    node = site_run_config(node_fed, SiteSettings.from_mapping(_site(tmp_path, **NODE_SITE, **{"degree-cap": 3})),
+                           seed=1)
+    assert node.sampler.params["degree_cap"] == 3
+
+
+@pytest.mark.parametrize(("node", "message"), [
+    ({"min-records": None}, "min-records is required for privacy-unit 'edge'"),
+    ({"privacy-unit": "node"}, "min-records applies to privacy-unit 'edge' only"),
+    ({"min-clip-norm": 2.0, "max-clip-norm": 1.0}, "exceeds max-clip-norm"),
+])
+def test_size_floor_and_clip_range_are_checked_in_the_node_config(tmp_path: Path, node: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        SiteSettings.from_mapping(_site(tmp_path, **node) | {k: v for k, v in node.items() if v is not None})

@@ -134,6 +134,16 @@ BUILTIN_ACCOUNTANTS: dict[str, tuple[str, ...]] = {
 DEFAULT_MIN_NOISE_MULTIPLIER = 0.5
 #: Local steps per round of a site that sets no ``max-steps-per-round``.
 DEFAULT_MAX_STEPS_PER_ROUND = 100
+#: K of a node-level site that sets no ``degree-cap`` (paper 1's default).
+DEFAULT_DEGREE_CAP = 5
+#: Largest magnitude of a server array value a site accepts by default: far above trained
+#: adapters and heads, far below what overflows float32 activations of unit-norm inputs.
+DEFAULT_MAX_ABS_WEIGHT = 1e4
+#: Clip norms C a site accepts by default (σ·C must stay a sane float).
+DEFAULT_CLIP_NORM_RANGE = (1e-4, 1e3)
+#: Task keys that change the numerics of the site's forward pass: a task may set them only to
+#: their defaults here, or to the value the site's own ``site-config`` pins.
+NUMERICS_DEFAULTS = {"encoder.normalize": True}
 
 
 class SiteSettings(BaseModel):
@@ -207,6 +217,22 @@ class SiteSettings(BaseModel):
     max_steps_per_round: int = Field(
         DEFAULT_MAX_STEPS_PER_ROUND, ge=1, alias="max-steps-per-round",
         description="Refuse rounds asking for more local DP steps.")
+    min_records: int | None = Field(
+        None, ge=1, alias="min-records",
+        description="privacy-unit edge (required there): a PUBLIC lower bound on your number of training "
+                    "relations. The site samples at b/max(m, min-records) and accounts b/min-records, so ε "
+                    "and every reply are functions of public numbers only (RUNBOOK §5).")
+    degree_cap: int = Field(
+        DEFAULT_DEGREE_CAP, ge=1, alias="degree-cap",
+        description="privacy-unit node: the degree cap K that defines the capped relation set Ē; a task "
+                    "that asks for another K is refused (one Ē per ledger).")
+    max_abs_weight: PositiveFinite = Field(
+        DEFAULT_MAX_ABS_WEIGHT, alias="max-abs-weight",
+        description="Refuse server arrays with any value of magnitude above this (before any data is read).")
+    min_clip_norm: PositiveFinite = Field(
+        DEFAULT_CLIP_NORM_RANGE[0], alias="min-clip-norm", description="Refuse tasks clipping below this C.")
+    max_clip_norm: PositiveFinite = Field(
+        DEFAULT_CLIP_NORM_RANGE[1], alias="max-clip-norm", description="Refuse tasks clipping above this C.")
     share_utility_metrics: bool = Field(
         False, alias="share-utility-metrics",
         description="Report held-out MRR and PREC@1 to the server (NOT privatized; off by default).")
@@ -286,6 +312,19 @@ class SiteSettings(BaseModel):
             raise ConfigError(f"{source}: {key} applies only to data-source 'edge_list', 'parquet' or 'sql'")
         if (settings.data_source_col is None) != (settings.data_target_col is None):
             raise ConfigError(f"{source}: give both data-source-col and data-target-col, or neither")
+        if settings.privacy_unit == "edge" and settings.min_records is None:
+            raise ConfigError(
+                f"{source}: min-records is required for privacy-unit 'edge': a public lower bound on your "
+                "number of training relations, so that ε (and every reply) depends on public numbers only "
+                "(deploy/RUNBOOK.md §4); e.g. your count rounded down to a power of ten")
+        if settings.privacy_unit == "node" and settings.min_records is not None:
+            raise ConfigError(
+                f"{source}: min-records applies to privacy-unit 'edge' only: the node-level accountants "
+                "(paper 1, Thm 3 / C.1) need the exact |Ē| and entity count (RUNBOOK §5: at node level "
+                "these sizes are treated as public)")
+        if settings.min_clip_norm > settings.max_clip_norm:
+            raise ConfigError(f"{source}: min-clip-norm {settings.min_clip_norm} exceeds max-clip-norm "
+                              f"{settings.max_clip_norm}")
         return settings
 
     @classmethod
@@ -370,8 +409,24 @@ def round_seed(site: SiteSettings, run_id: int, server_round: int) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
+def site_config_overrides(site: SiteSettings) -> dict[str, Any]:
+    """The site's ``site-config`` YAML (``{}`` without one): the task values the site pins."""
+    if site.site_config is None:
+        return {}
+    path = Path(site.site_config)
+    try:
+        extra = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read site config ({exc})") from exc
+    if not isinstance(extra, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(extra).__name__}")
+    return extra
+
+
 def site_run_config(fed: FederationSettings, site: SiteSettings, *, seed: int) -> RunConfig:
-    """The run config a site trains with: task, then ``site-config``, then data/δ from the node config.
+    """The run config a site trains with: task, then ``site-config``, then the node config's own
+    values (data, δ, and what defines the accounted numbers: ``min-records`` at edge level,
+    ``degree-cap`` at node level).
 
     ``training.steps`` becomes rounds × local steps, so a task that calibrates σ to a target ε
     spreads it over the whole federation run (the ledger still caps the site's total).
@@ -379,15 +434,8 @@ def site_run_config(fed: FederationSettings, site: SiteSettings, *, seed: int) -
     raw = copy.deepcopy(fed.task)
     source = f"site {site.site_name}"
     if site.site_config is not None:
-        path = Path(site.site_config)
-        try:
-            extra = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read site config ({exc})") from exc
-        if not isinstance(extra, dict):
-            raise ConfigError(f"{path}: top level must be a mapping, got {type(extra).__name__}")
-        raw = merge_config(raw, extra)
-        source = f"{path}"
+        raw = merge_config(raw, site_config_overrides(site))
+        source = f"{site.site_config}"
     data = raw.get("data", {}) if isinstance(raw.get("data"), dict) else {}
     raw["data"] = {**data, **site.data_section()}
     raw["name"] = site.site_name
@@ -396,9 +444,21 @@ def site_run_config(fed: FederationSettings, site: SiteSettings, *, seed: int) -
     raw.setdefault("output", {})["progress"] = False
     privacy = raw.setdefault("privacy", {})
     privacy["delta"] = site.delta  # the site's δ, whatever the task says (check_site_policy refuses a different one)
+    sampler = raw.setdefault("sampler", {})
+    if isinstance(sampler, dict):
+        # the site's, whatever the task says (check_site_policy refuses a task that sets another)
+        sampler.update(_SITE_SAMPLER_KEYS[site.privacy_unit](site))
     if site.threads is not None:
         raw["threads"] = site.threads
     return config_from_dict(raw, source)
+
+
+#: Sampler options a site's node config fixes, per privacy unit: the public size floor that
+#: makes ε public (edge), the degree cap that defines Ē (node).
+_SITE_SAMPLER_KEYS = {
+    "edge": lambda site: {"min_records": site.min_records},
+    "node": lambda site: {"degree_cap": site.degree_cap},
+}
 
 
 # ------------------------------------------------------------------------------ the site's policy
@@ -486,7 +546,48 @@ def check_site_policy(site: SiteSettings, fed: FederationSettings, config: RunCo
     if sigma < site.min_noise_multiplier:
         raise PolicyRefusal(where("privacy.noise_multiplier"), (
             f"σ={sigma:.4g} is below this site's min-noise-multiplier {site.min_noise_multiplier:.4g}"))
-    if local_steps > site.max_steps_per_round:
+    if not 1 <= local_steps <= site.max_steps_per_round:
         raise PolicyRefusal("local-steps", (
-            f"the round asks {local_steps} local steps; this site's max-steps-per-round is "
+            f"the round asks {local_steps} local steps; this site runs 1 to its max-steps-per-round "
             f"{site.max_steps_per_round}"))
+    # What defines the accounted numbers and Ē is the site's.
+    for key, value in _SITE_SAMPLER_KEYS[site.privacy_unit](site).items():
+        asked = _task_value(task, f"sampler.{key}")
+        if asked is not None and asked != value:
+            node_key = key.replace("_", "-")
+            raise PolicyRefusal(f"task.sampler.{key}", (
+                f"the task asks {key}={asked!r}; this site's {node_key} is {value!r} (node config): "
+                "drop it from the task"))
+    _check_pins(site, task)
+    clip = _clip_norm(config, host)
+    if clip is not None and not site.min_clip_norm <= clip <= site.max_clip_norm:
+        raise PolicyRefusal(where("clipper.clip_norm"), (
+            f"clip norm {clip:.4g} is outside this site's range [{site.min_clip_norm:.4g}, "
+            f"{site.max_clip_norm:.4g}] (min-clip-norm / max-clip-norm)"))
+
+
+def _check_pins(site: SiteSettings, task: Mapping[str, Any]) -> None:
+    """A task may not contradict the site's ``site-config`` (the values the site pins), and may set
+    a key of :data:`NUMERICS_DEFAULTS` only to its default or to the site's pinned value."""
+    pinned = _flatten(site_config_overrides(site))
+    for key, value in _flatten(task).items():
+        if key in pinned and pinned[key] != value:
+            raise PolicyRefusal(f"task.{key}", (
+                f"the task asks {value!r}; this site pins {pinned[key]!r} (site-config {site.site_config})"))
+    for key, default in NUMERICS_DEFAULTS.items():
+        value = _task_value(task, key)
+        if value is not None and value != default and pinned.get(key) != value:
+            raise PolicyRefusal(f"task.{key}", (
+                f"the task asks {value!r}; this site computes with {key}={default!r} unless its "
+                "site-config pins another value (it changes the numerics of the site's forward pass)"))
+
+
+def _clip_norm(config: RunConfig, host: Any) -> float | None:
+    """The task's effective clip norm C (its option, else the clipper's default), if it has one."""
+    params_model = getattr(host.get("clipper", config.clipper.name).factory, "Params", None)
+    try:
+        params = params_model.model_validate(dict(config.clipper.params)) if params_model else None
+    except ValidationError:
+        return None  # the clipper's own validation names the problem when it is built
+    value = getattr(params, "clip_norm", None)
+    return None if value is None else float(value)

@@ -31,6 +31,7 @@ training and evaluation seconds); they are not sent.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import traceback
 from collections.abc import Callable
@@ -100,7 +101,7 @@ class _Refusal(Exception):
 
 def handle_train(content: RecordDict, context: Context, *,
                  session_factory: SessionFactory = _real_session) -> RecordDict:
-    """One round at the site; returns the reply content (trained, refused or failed)."""
+    """One round at the site; returns the reply content (trained, or refused before any spend)."""
     site_name = str(context.node_config.get("site-name", "?"))
     stage = _Stage()
     site: SiteSettings | None = None
@@ -113,6 +114,8 @@ def handle_train(content: RecordDict, context: Context, *,
         cfg = content[records.CONFIG]
         server_round = int(cfg[records.SERVER_ROUND])
         local_steps = int(cfg.get(records.LOCAL_STEPS, fed.local_steps))
+        if server_round < 1:
+            raise _Refusal(records.REFUSED, f"malformed train message: server-round {server_round} < 1")
         stage.now = "building the site's run config"
         config = site_run_config(fed, site, seed=round_seed(site, context.run_id, server_round))
         stage.now = "checking the task against the site's policy"
@@ -120,9 +123,11 @@ def handle_train(content: RecordDict, context: Context, *,
             check_site_policy(site, fed, config, local_steps=local_steps)
         except PolicyRefusal as exc:
             raise _Refusal(records.REFUSED, f"site policy: {exc}") from exc
+        stage.now = "checking the server's arrays"
+        incoming = _decoded_arrays(content, site.max_abs_weight)
         stage.now = "opening the privacy ledger"
         with PrivacyLedger(site.ledger, anchor=site.ledger_anchor) as ledger:
-            return _round(content, context, site, config, ledger, server_round, local_steps,
+            return _round(incoming, context, site, config, ledger, server_round, local_steps,
                           session_factory, stage)
     except _Refusal as refusal:
         log.warning("site %s refuses round: %s", site_name, refusal.reason)
@@ -134,7 +139,7 @@ def handle_train(content: RecordDict, context: Context, *,
         return records.refused_content(site_name, records.FAILED, reason, {})
 
 
-def _round(content: RecordDict, context: Context, site: SiteSettings, config: RunConfig,
+def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, config: RunConfig,
            ledger: PrivacyLedger, server_round: int, local_steps: int,
            session_factory: SessionFactory, stage: _Stage) -> RecordDict:
     spent = ledger.spent_epsilon()
@@ -148,28 +153,98 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, config: Ru
         import torch
 
         torch.set_num_threads(config.threads)
-    stage.now = "preparing the session (loading the site's graph)"
-    stage.lap("checks")  # configs, policy, ledger opened, budget left
+    stage.now = "assembling the task (no data read)"
+    stage.lap("checks")  # configs, policy, arrays' values, ledger opened, budget left
     session = session_factory(config, records_store=ledger)
     if site.prepared_cache_dir is not None and hasattr(session, "prepared_cache"):
         from graphveil.prepared_cache import PreparedCache
 
         session.prepared_cache = PreparedCache(site.prepared_cache_dir)
-    session.prepare()
+    # Edge level with the site's public size floor: the accountant is bound from public numbers
+    # and the spend reserved BEFORE the graph is read, so no reply depends on the data except
+    # through the DP update. Node level: the coupled accountant needs |Ē| and n (sizes public there).
+    public = session.bind_public_accounting()
+    if not public:
+        stage.now = "preparing the session (loading the site's graph)"
+        session.prepare()
     stage.lap("setup")
+    stage.now = "checking the server's arrays against the task's parameters"
+    if (expected := _public_state(session)) is not None and (problem := _shape_problem(incoming, expected)):
+        raise _Refusal(records.REFUSED, f"malformed arrays from the server: {problem}")
     sigma, delta = float(session.noise_multiplier), float(session.delta)
     if sigma < site.min_noise_multiplier or delta != site.delta:  # checked on the task already
         raise _Refusal(records.REFUSED, (
             f"site policy: the session's σ={sigma:.4g}, δ={delta:.3g} differ from this site's "
             f"min-noise-multiplier {site.min_noise_multiplier:.4g} / delta {site.delta:.3g}"))
-    stage.now = "checking the server's arrays"
-    incoming = _checked_arrays(content, session.trainable_state())
     stage.now = "reserving the round's privacy spend"
+    reservation = _reserve(ledger, session, site, sigma=sigma, delta=delta, steps=local_steps,
+                           run=str(context.run_id), server_round=server_round)
+
+    # Charged from here on: the reply is a trained one whatever the data does (RUNBOOK §5).
+    metrics: dict[str, float] = {  # records.PUBLIC_METRICS: parameters, not data
+        "num-steps": local_steps, "delta": delta, "epsilon-budget": site.epsilon_budget,
+        "noise-multiplier": sigma,
+    }
     try:
-        reservation = ledger.reserve(
-            session.accountant, noise_multiplier=sigma, steps=local_steps, delta=delta,
-            budget=site.epsilon_budget, site=site.site_name, run=str(context.run_id), round=server_round,
-        )
+        if public:
+            stage.now = "preparing the session (loading the site's graph)"
+            session.prepare()
+        stage.now = "checking the server's arrays against the task's parameters"
+        if problem := _shape_problem(incoming, session.trainable_state()):
+            raise ValueError(f"server arrays: {problem}")
+        session.load_trainable_state(incoming)
+        stage.lap("reserve")  # arrays checked and loaded, spend reserved in the ledger
+        stage.now = "training"
+        # one learning-rate schedule over the federation (training.steps = rounds × local steps):
+        # round r's steps take positions (r-1)·local_steps onwards, whatever this site did before
+        session.train(local_steps, schedule_start=(server_round - 1) * local_steps)
+        stage.lap("train")
+        stage.now = "releasing the round's spend"
+        entry = ledger.release(reservation, session.accountant)
+        stage.lap("release")
+    except Exception:
+        # Charged in full and answered like a trained round with the server's own arrays: a
+        # different status would tell the server something the data did (RUNBOOK §5).
+        log.error("site %s round %d failed while %s (the reserved spend counts; the server's arrays "
+                  "are sent back unchanged):\n%s", site.site_name, server_round, stage.now,
+                  traceback.format_exc())
+        _withhold(ledger, reservation)
+        if site.share_epsilon:
+            metrics["epsilon"] = ledger.spent_epsilon()
+        if site.share_utility_metrics:
+            metrics.update({"mrr": math.nan, "prec1": math.nan})
+        return records.trained_content(site.site_name, incoming, metrics)
+    log.info("site %s round %d: %d steps, ε=%.4g of %.4g", site.site_name, server_round,
+             local_steps, entry.epsilon, site.epsilon_budget)
+    if site.share_epsilon:  # opted in (public anyway when accounted from the size floor)
+        metrics["epsilon"] = entry.epsilon
+    scores: dict[str, float] = {}
+    if site.share_utility_metrics:  # opted in: held-out scores, not privatized
+        stage.now = "evaluating on the held-out entities"
+        scores = _scores(session, site)
+        stage.lap("evaluate")
+        metrics.update({"mrr": scores["mrr"], "prec1": scores["prec1"]})
+    stage.now = "reporting the round to lifecycle plugins"
+    try:
+        _report_round_end(session, site, config, server_round=server_round, steps=local_steps,
+                          epsilon=entry.epsilon, sigma=sigma, delta=delta, scores=scores)
+    except Exception:  # a plugin's failure stays in the site's log; the round was released
+        log.error("site %s: a lifecycle plugin failed at round end:\n%s", site.site_name, traceback.format_exc())
+    stage.lap("report")
+    cache = getattr(session, "prepared_cache", None)
+    log.info("site %s round %d timings: started %.3f ended %.3f (unix s); %s; cpu %.3f s; prepared cache %s",
+             site.site_name, server_round, stage.started, time.time(),
+             ", ".join(f"{k} {v:.3f} s" for k, v in stage.seconds.items()), time.process_time() - stage.cpu,
+             "off" if cache is None else f"{cache.hits} hit(s), {cache.misses} miss(es)")
+    return records.trained_content(site.site_name, session.trainable_state(), metrics)
+
+
+def _reserve(ledger: PrivacyLedger, session: Any, site: SiteSettings, *, sigma: float, delta: float,
+             steps: int, run: str, server_round: int) -> Any:
+    """Write the round's spend ahead of training, or refuse the round (nothing spent)."""
+    try:
+        return ledger.reserve(session.accountant, noise_multiplier=sigma, steps=steps, delta=delta,
+                              budget=site.epsilon_budget, site=site.site_name, run=run, round=server_round)
     except BudgetExhaustedError as exc:
         raise _Refusal(records.REFUSED, str(exc), _refusal_metrics(
             exc.spent, delta, exc.budget, exc.projected_epsilon)) from exc
@@ -183,46 +258,23 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, config: Ru
             "the site's ledger cannot compose this run's accountant (it needs an RDP accountant "
             "on the ledger's privacy unit and δ; details in the site's log)")) from exc
 
-    stage.now = "training"
+
+def _withhold(ledger: PrivacyLedger, reservation: Any) -> None:
+    """Mark a reservation withheld (it counts in full), unless the release already settled it."""
     try:
-        session.load_trainable_state(incoming)
-        # one learning-rate schedule over the federation (training.steps = rounds × local steps):
-        # round r's steps take positions (r-1)·local_steps onwards, whatever this site did before
-        stage.lap("reserve")  # arrays checked, spend reserved in the ledger
-        session.train(local_steps, schedule_start=(server_round - 1) * local_steps)
-        stage.lap("train")
-        entry = ledger.release(reservation, session.accountant)
-        stage.lap("release")
-    except BudgetExhaustedError as exc:  # the steps that ran cost more than reserved
-        raise _Refusal(records.REFUSED, str(exc), _refusal_metrics(
-            exc.spent, delta, exc.budget, exc.projected_epsilon)) from exc
-    except BaseException:
-        ledger.withhold(reservation, "training failed; nothing was released")
-        raise
-    log.info("site %s round %d: %d steps, ε=%.4g of %.4g", site.site_name, server_round,
-             local_steps, entry.epsilon, site.epsilon_budget)
-    metrics: dict[str, float] = {  # records.PUBLIC_METRICS: parameters, not data
-        "num-steps": local_steps, "delta": delta, "epsilon-budget": site.epsilon_budget,
-        "noise-multiplier": sigma,
-    }
-    if site.share_epsilon:  # opted in: ε depends on the sampling rate b/|Ē|
-        metrics["epsilon"] = entry.epsilon
-    scores: dict[str, float] = {}
-    if site.share_utility_metrics:  # opted in: held-out scores, not privatized
-        stage.now = "evaluating on the held-out entities"
+        ledger.withhold(reservation, "the round failed at the site; nothing of its training was released")
+    except Exception:  # already released or withheld (e.g. release raised after its own rows)
+        log.warning("the reservation was already settled by the ledger:\n%s", traceback.format_exc())
+
+
+def _scores(session: Any, site: SiteSettings) -> dict[str, float]:
+    """Held-out scores (opt-in), NaN if the evaluation fails: the same reply fields either way."""
+    try:
         scores = session.evaluate()
-        stage.lap("evaluate")
-        metrics.update({"mrr": float(scores["mrr"]), "prec1": float(scores["prec1"])})
-    stage.now = "reporting the round to lifecycle plugins"
-    _report_round_end(session, site, config, server_round=server_round, steps=local_steps,
-                      epsilon=entry.epsilon, sigma=sigma, delta=delta, scores=scores)
-    stage.lap("report")
-    cache = getattr(session, "prepared_cache", None)
-    log.info("site %s round %d timings: started %.3f ended %.3f (unix s); %s; cpu %.3f s; prepared cache %s",
-             site.site_name, server_round, stage.started, time.time(),
-             ", ".join(f"{k} {v:.3f} s" for k, v in stage.seconds.items()), time.process_time() - stage.cpu,
-             "off" if cache is None else f"{cache.hits} hit(s), {cache.misses} miss(es)")
-    return records.trained_content(site.site_name, session.trainable_state(), metrics)
+        return {"mrr": float(scores["mrr"]), "prec1": float(scores["prec1"])}
+    except Exception:
+        log.error("site %s: evaluation failed (scores sent as NaN):\n%s", site.site_name, traceback.format_exc())
+        return {"mrr": math.nan, "prec1": math.nan}
 
 
 def _report_round_end(session: Any, site: SiteSettings, config: RunConfig, *, server_round: int,
@@ -241,38 +293,58 @@ def _report_round_end(session: Any, site: SiteSettings, config: RunConfig, *, se
     host.hook.graphveil_run_end(run_dir=None, report=read_only(report))
 
 
-def _checked_arrays(content: RecordDict, expected: dict[str, Any]) -> dict[str, Any]:
-    """The server's arrays as tensors, if their keys, shapes and dtypes are the session's trainable
-    state's and every value is finite; else a refusal naming the first bad key (nothing reserved)."""
+def _decoded_arrays(content: RecordDict, max_abs: float) -> dict[str, Any]:
+    """The server's arrays as tensors, checked on their values alone before any data is read:
+    decodable, floating point, finite and within the site's ``max-abs-weight``; else a refusal
+    naming the first bad key (nothing reserved)."""
     import torch
 
     arrays = content.array_records.get(records.ARRAYS)
     if arrays is None:
         raise _Refusal(records.REFUSED, "malformed train message: no arrays")
-    missing, extra = sorted(set(expected) - set(arrays)), sorted(set(arrays) - set(expected))
-    if missing or extra:
-        key = (missing or extra)[0]
-        raise _Refusal(records.REFUSED, (
-            f"malformed arrays from the server: key {key!r} is "
-            f"{'missing' if missing else 'not a trainable parameter of this task'} "
-            f"({len(missing)} missing, {len(extra)} unexpected)"))
     out: dict[str, Any] = {}
-    for key in sorted(expected):
-        want = expected[key]
+    for key in sorted(arrays):
         try:
             value = torch.from_numpy(np.array(arrays[key].numpy(), copy=True))
         except Exception as exc:  # undecodable bytes, object dtype, ...
             raise _Refusal(records.REFUSED, f"malformed arrays from the server: key {key!r} cannot be "
                            f"decoded ({type(exc).__name__})") from exc
-        if tuple(value.shape) != tuple(want.shape) or value.dtype != want.dtype:
-            raise _Refusal(records.REFUSED, (
-                f"malformed arrays from the server: key {key!r} is {value.dtype} {list(value.shape)}, "
-                f"expected {want.dtype} {list(want.shape)}"))
+        if not value.dtype.is_floating_point:
+            raise _Refusal(records.REFUSED, f"malformed arrays from the server: key {key!r} is {value.dtype}, "
+                           "not a floating-point parameter")
         if not bool(torch.isfinite(value).all()):
             raise _Refusal(records.REFUSED, f"malformed arrays from the server: key {key!r} has "
                            "non-finite values (NaN or Inf)")
+        if value.numel() and float(value.abs().max()) > max_abs:
+            raise _Refusal(records.REFUSED, f"site policy: max-abs-weight: key {key!r} has a value of "
+                           f"magnitude {float(value.abs().max()):.4g} > {max_abs:.4g}")
         out[key] = value
     return out
+
+
+def _shape_problem(incoming: dict[str, Any], expected: dict[str, Any]) -> str | None:
+    """What is wrong with the keys, shapes or dtypes of ``incoming`` against the session's
+    trainable state, or ``None``."""
+    missing, extra = sorted(set(expected) - set(incoming)), sorted(set(incoming) - set(expected))
+    if missing or extra:
+        key = (missing or extra)[0]
+        return (f"key {key!r} is {'missing' if missing else 'not a trainable parameter of this task'} "
+                f"({len(missing)} missing, {len(extra)} unexpected)")
+    for key, want in expected.items():
+        value = incoming[key]
+        if tuple(value.shape) != tuple(want.shape) or value.dtype != want.dtype:
+            return f"key {key!r} is {value.dtype} {list(value.shape)}, expected {want.dtype} {list(want.shape)}"
+    return None
+
+
+def _public_state(session: Any) -> dict[str, Any] | None:
+    """The trainable state's keys and shapes if the model has them before the graph is read (a
+    LoRA adapter; not a head sized by the graph's features), else ``None``."""
+    try:
+        state = session.trainable_state()
+    except Exception:  # the model is sized by the data: checked after prepare()
+        return None
+    return state or None
 
 
 def _refusal_metrics(spent: float, delta: float, budget: float, projected: float) -> dict[str, float]:

@@ -11,6 +11,13 @@ size (γ·m under Poisson sampling): dividing by the realised size would make th
 value depend on the batch size beyond the analysed sensitivity. An empty batch still releases
 noise and steps. DP-Adam / DP-SGD is the torch optimizer applied to ``g̃`` (post-processing).
 
+Non-finite examples. An example whose loss or gradient norm is not finite (an overflow its data
+causes under the given weights) contributes 0 to the sum — a vector within every clipping bound,
+so the sensitivity is unchanged — and is counted in :attr:`StepMetrics.nonfinite`; the step never
+raises on it. Whether an example overflows depends only on that example (no layer mixes
+examples), so on neighbouring datasets the same examples are left out except those of the
+changed unit. The sum is then recomputed over the finite examples (0·NaN is NaN).
+
 Micro-batching (``micro_batch_size=m``; ``training.micro_batch_size`` in a run, where the
 sampler's batch is the logical batch) bounds the memory of the forward/backward, not the
 released value: the batch is split with ``batch.select(index)`` (:class:`~graphveil.tasks.Batch`) into
@@ -79,6 +86,8 @@ class StepMetrics:
     batch_size: int
     clipped_fraction: float
     mean_grad_norm: float
+    #: examples left out because their loss or gradient norm was not finite (site log only)
+    nonfinite: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able: ``nan`` becomes ``None``."""
@@ -194,6 +203,51 @@ def _micro_batches(batch: Any, b: int, micro_batch_size: int | None) -> list[Any
     return parts
 
 
+def _per_example(engine: PerTupleGrad, encoder: Model, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
+                 micro_batch_size: int | None) -> tuple[torch.Tensor, torch.Tensor, list[Any]]:
+    """Per-example gradient norms and losses of ``batch`` (chunk by chunk), and each chunk's
+    records, kept until the whole batch's factors are known."""
+    parts, part_norms, part_losses = [], [], []
+    for part in _micro_batches(batch, batch.size, micro_batch_size):
+        with _record(engine, part):
+            losses = loss_fn(encoder, part)
+        part_norms.append(engine.compute(losses.sum()))
+        part_losses.append(losses.detach())
+        parts.append(engine.pop_records())
+    return torch.cat(part_norms), torch.cat(part_losses), parts
+
+
+def _accumulate(engine: PerTupleGrad, parts: list[Any], factors: torch.Tensor) -> None:
+    """``p.grad = Σᵢ factorsᵢ·g(Eᵢ)`` over the chunks' records."""
+    start = 0
+    for records in parts:
+        stop = start + records.num_examples
+        engine.accumulate(factors[start:stop], records, add=start > 0)
+        start = stop
+
+
+def _resum_finite(engine: PerTupleGrad, encoder: Model, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
+                  factors: torch.Tensor, bad: torch.Tensor, micro_batch_size: int | None) -> None:
+    """Recompute the clipped sum over the finite examples only.
+
+    A factor of 0 does not remove a NaN from a sum (0·NaN = NaN), so the examples with a
+    non-finite loss or norm are left out by running the finite ones again (their gradients do
+    not depend on the others) at the factors already chosen. Should a rerun turn up new
+    non-finite examples, they are left out too; with none left the sum is 0.
+    """
+    keep = (~bad).nonzero().reshape(-1)
+    while keep.numel():
+        sub = batch.select(keep)
+        norms, losses, parts = _per_example(engine, encoder, sub, loss_fn, micro_batch_size)
+        again = ~(torch.isfinite(norms) & torch.isfinite(losses))
+        if not bool(again.any()):
+            _accumulate(engine, parts, factors[keep])
+            return
+        keep = keep[~again]
+    for p in engine.parameters:
+        p.grad = torch.zeros_like(p)
+
+
 def dp_step(
     encoder: Model,
     batch: Any,
@@ -231,30 +285,29 @@ def dp_step(
     engine = _engine_for(encoder, params)
     if b > 0:
         loss_fn = _loss_fn(loss)
-        parts, part_norms, part_losses = [], [], []
-        for part in _micro_batches(batch, b, micro_batch_size):
-            with _record(engine, part):
-                losses = loss_fn(encoder, part)
-            part_norms.append(engine.compute(losses.sum()))
-            part_losses.append(losses.detach())
-            parts.append(engine.pop_records())  # kept until the whole batch's factors are known
-        norms = torch.cat(part_norms)
-        factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=norms.dtype, device=norms.device)
+        norms, losses, parts = _per_example(engine, encoder, batch, loss_fn, micro_batch_size)
+        # A non-finite loss or gradient norm is that example's own (nothing mixes examples): it
+        # contributes 0 — a vector inside every clipping bound — and the step goes on, so no
+        # bit of what the data did to the numerics leaves as an error (module note).
+        bad = ~(torch.isfinite(norms) & torch.isfinite(losses))
+        factors = torch.as_tensor(clipper.factors(batch, torch.where(bad, 0.0, norms.detach())),
+                                  dtype=norms.dtype, device=norms.device)
         if factors.shape != (b,) or not bool(((factors >= 0) & (factors <= 1)).all()):
             raise PluginError(
                 f"clipper {type(clipper).__name__} must return {b} factors in [0, 1], "
                 f"got shape {tuple(factors.shape)}"
             )
-        start = 0
-        for records in parts:
-            stop = start + records.num_examples
-            engine.accumulate(factors[start:stop], records, add=start > 0)
-            start = stop
+        factors = torch.where(bad, 0.0, factors)
+        _accumulate(engine, parts, factors)
+        if bool(bad.any()):
+            _resum_finite(engine, encoder, batch, loss_fn, factors, bad, micro_batch_size)
+        finite = losses[~bad]
         metrics = StepMetrics(
-            loss=float(torch.cat(part_losses).mean()),
+            loss=float(finite.mean()) if finite.numel() else float("nan"),
             batch_size=b,
             clipped_fraction=int((factors < 1).sum()) / b,
-            mean_grad_norm=float(norms.mean()),
+            mean_grad_norm=float(norms[~bad].mean()) if finite.numel() else float("nan"),
+            nonfinite=int(bad.sum()),
         )
     else:
         for p in params:
