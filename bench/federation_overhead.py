@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     def node_configs(tag: str, cache: bool) -> dict[str, Path]:
         return {name: write_node_config(root / f"{name}-{tag}.toml", {
             "site-name": name, "data-source": "edge_list", "data-path": str(edges),
-            "data-entities": str(entities), "epsilon-budget": 1e4, "delta": 1e-5, "privacy-unit": "edge",
+            "data-entities": str(entities), "epsilon-budget": 1e4, "delta": 1e-5, "privacy-unit": "edge", "min-records": 64,
             "ledger": str(root / f"ledgers-{tag}" / f"{name}.sqlite"), "threads": 1,
             "share-utility-metrics": True, "prepared-cache": str(root / "cache" / name) if cache else "off"})
             for name, (edges, entities) in zip(sites, parts, strict=True)}

@@ -69,8 +69,9 @@ RDP), the v1 file is left untouched and a :class:`LedgerError` explains why;
 Degree-capped record sets
 -------------------------
 :meth:`PrivacyLedger.save_records` stores the site's degree-capped record set Ē (an (m, 2)
-int64 tensor) once per key; its SHA-256 is a chained row, so replacing Ē silently breaks
-verification, and saving different content under an existing key is refused.
+int64 tensor) once; its SHA-256 is a chained row, so replacing Ē silently breaks
+verification, saving different content under an existing key is refused, and so is a second
+record set under another key (other data or other capping options): one ledger, one Ē.
 """
 
 from __future__ import annotations
@@ -940,6 +941,12 @@ class PrivacyLedger:
                     f"{self.path}: record set {key!r} is already stored (row {scan.records[key][0]}) with "
                     "different content; the degree-capped record set of a dataset is fixed once chosen"
                 )
+            if scan.records:  # one ledger, one dataset, one Ē: a second would be another guarantee
+                (other, (row, _)), *_ = scan.records.items()
+                raise LedgerError(
+                    f"{self.path}: this ledger already holds the record set {other!r} (row {row}); a second "
+                    f"one ({key!r}: other data or other degree-cap options) would make its guarantee about "
+                    "two different record sets. Keep the options, or start a new ledger for new data")
             info = _canonical({"key": key, "sha256": sha, "shape": [int(records.shape[0]), 2]})
             rid = self._append(db, "records", site=scan.bound.get("site", ""), note=info)
             db.execute("INSERT INTO records (key, entry, sha256, data) VALUES (?, ?, ?, ?)",

@@ -263,9 +263,8 @@ class PoissonTupleSampler(Sampler):
                                num_records=floor, degree_cap=self._degree_cap(), k_neg=self.params.k_neg)
 
     def sample(self, generator: torch.Generator) -> TupleBatch:
-        assert self._edges is not None
-        picked = poisson_subset(int(self._edges.shape[0]), self._rate, generator)
-        positives = self._edges.index_select(0, picked)
+        records = self.records  # raises if not prepared
+        positives = records.index_select(0, poisson_subset(int(records.shape[0]), self._rate, generator))
         negatives = self._negatives(positives.shape[0], generator)
         return pair_with_random_ends(positives, negatives, generator)
 

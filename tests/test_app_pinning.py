@@ -124,7 +124,7 @@ def pinning(tmp_path_factory) -> Pinning:
         # approved-apps unset: the site approves exactly the app bundled with its GraphVeil.
         node_config = write_node_config(root / f"{SITE}.toml", {
             "site-name": SITE, "data-source": "edge_list", "data-path": str(edges),
-            "data-entities": str(entities), "epsilon-budget": 50.0, "delta": 1e-5, "privacy-unit": "edge",
+            "data-entities": str(entities), "epsilon-budget": 50.0, "delta": 1e-5, "privacy-unit": "edge", "min-records": 64,
             "ledger": str(ledger), "seed": 1, "threads": 1})
         loop.start_server()
         # The Control API through the public (Fleet) port: flwr ls and a raw Control call.

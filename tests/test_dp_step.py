@@ -248,7 +248,7 @@ def test_build_optimizer_from_training_config(enc):
 
 def test_metrics_as_dict():
     assert StepMetrics(1.5, 3, 0.5, float("nan")).as_dict() == {
-        "loss": 1.5, "batch_size": 3, "clipped_fraction": 0.5, "mean_grad_norm": None
+        "loss": 1.5, "batch_size": 3, "clipped_fraction": 0.5, "mean_grad_norm": None, "nonfinite": 0
     }
 
 
@@ -336,3 +336,51 @@ def test_noise_arguments_checked():
         GaussianNoise(research_seed="7")
     with pytest.raises(ValueError, match="std"):
         GaussianNoise().sample((2,), float("nan"))
+
+
+# ---------------------------------------------------------------------------------------------
+# non-finite examples: a bounded contribution, never an error
+# ---------------------------------------------------------------------------------------------
+
+
+def _poisoning(bad_entity: int, value: float):
+    """Per-tuple losses in which every tuple whose positive touches ``bad_entity`` is ×``value``
+    (NaN or ∞): a per-example overflow decided by the example's own data."""
+
+    def losses(model, batch):
+        out = batch_losses(model, batch, INFONCE)
+        scale = torch.ones_like(out)  # not torch.where: its backward multiplies 0 by the NaN branch
+        scale[(batch.positives == bad_entity).any(1)] = value
+        return out * scale
+
+    return losses
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+@pytest.mark.parametrize("micro", [None, 2])
+def test_a_non_finite_example_contributes_nothing_and_the_step_goes_on(enc, value, micro):
+    batch, clip = make_batch(8, 2, seed=12), StandardClip(0.05)
+    bad_entity = int(batch.positives[3, 0])
+    hit = (batch.positives == bad_entity).any(1)
+    assert 0 < int(hit.sum()) < 8
+    metrics = dp_step(enc, batch, clipper=clip, noise_multiplier=0.0, expected_batch_size=6.0,
+                      optimizer=sgd0(enc), loss=_poisoning(bad_entity, value), noise=GaussianNoise(),
+                      micro_batch_size=micro)
+    released = grads(enc)
+    assert all(bool(torch.isfinite(g).all()) for g in released)
+    assert metrics.nonfinite == int(hit.sum()) and metrics.batch_size == 8
+    # what the batch without those tuples releases, at the same expected size
+    dp_step(enc, batch.select((~hit).nonzero().reshape(-1)), clipper=clip, noise_multiplier=0.0,
+            expected_batch_size=6.0, optimizer=sgd0(enc), loss=INFONCE, noise=GaussianNoise())
+    for got, want in zip(released, grads(enc), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-8)
+
+
+def test_a_batch_of_only_non_finite_examples_releases_noise_alone(enc):
+    batch = make_batch(3, 2, seed=13)
+    everyone = torch.tensor(float("nan"))
+    metrics = dp_step(enc, batch, clipper=StandardClip(1.0), noise_multiplier=0.0, expected_batch_size=3.0,
+                      optimizer=sgd0(enc), loss=lambda m, b: batch_losses(m, b, INFONCE) * everyone,
+                      noise=GaussianNoise())
+    assert metrics.nonfinite == 3 and metrics.as_dict()["loss"] is None
+    assert all(bool((g == 0).all()) for g in grads(enc))

@@ -186,6 +186,22 @@ def test_a_failure_after_the_reservation_is_charged_and_answered_like_a_trained_
         assert entry.status == "withheld" and entry.steps == 3  # reserved before training: counted
 
 
+class _UnreadableGraph(FakeSession):
+    def prepare(self):
+        raise DataError("edges.tsv, line 9: unknown entity 'patient-0042'")
+
+
+def test_the_spend_is_reserved_before_the_graph_is_read_so_a_bad_graph_looks_like_any_round(tmp_path: Path) -> None:
+    """Edge level with the site's size floor: the reservation comes first, so even a graph that
+    fails to load gives a trained reply (the server's arrays back), charged in the ledger."""
+    cfg = node_config(tmp_path, **{"share-utility-metrics": False})
+    reply = handle_train(train_content(1, 3), site_context(11, cfg, RUN_CONFIG), session_factory=_UnreadableGraph)
+    assert reply.config_records[records.SITE]["status"] == records.TRAINED
+    assert "patient-0042" not in json.dumps(records.describe_content(reply))
+    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+        assert [(e.status, e.steps) for e in ledger.entries()] == [("withheld", 3)]
+
+
 def test_bad_node_config_and_low_sigma(tmp_path: Path) -> None:
     cfg = node_config(tmp_path)
     cfg["epsilon-budget"] = -1.0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_fed_support import RUN_CONFIG
+from test_fed_support import RUN_CONFIG, SITE_POLICY
 
 from graphveil.connectors.flower.bundle import bundled_app_dir
 from graphveil.connectors.flower.commands import add_fed_parser
@@ -28,7 +28,8 @@ APP = Path(__file__).resolve().parents[1] / "connectors" / "flower" / "app"
 
 def site(tmp_path: Path, **extra) -> SiteSettings:
     base = {"site-name": "bank-a", "data-path": str(tmp_path / "e.tsv"), "data-entities": str(tmp_path / "n.jsonl"),
-            "epsilon-budget": 3.0, "ledger": str(tmp_path / "l.sqlite"), "delta": 1e-5, "privacy-unit": "edge"}
+            "epsilon-budget": 3.0, "ledger": str(tmp_path / "l.sqlite"), "delta": 1e-5, "privacy-unit": "edge",
+            "min-records": SITE_POLICY["min-records"]}
     return SiteSettings.from_mapping({**base, **extra})
 
 
@@ -92,7 +93,7 @@ def test_site_run_config_layers_task_site_yaml_and_node_config(tmp_path: Path) -
     cfg = site_run_config(fed, site(tmp_path, **{"site-config": str(extra), "delta": 1e-6, "threads": 1}), seed=42)
     assert cfg.data.source == "edge_list" and cfg.data.path == tmp_path / "e.tsv"
     assert cfg.data.split.train_fraction == 0.6
-    assert cfg.sampler.params == {"batch_size": 16}
+    assert cfg.sampler.params == {"batch_size": 16, "min_records": SITE_POLICY["min-records"]}
     assert cfg.privacy.delta == 1e-6  # the node config has the last word on δ
     assert cfg.seed == 42 and cfg.training.steps == 6 and cfg.threads == 1 and cfg.name == "bank-a"
     assert cfg.output.progress is False
@@ -121,6 +122,7 @@ def test_site_column_keys_round_trip_into_the_site_run_config(tmp_path: Path) ->
     toml.write_text(
         f'site-name = "bank-a"\ndata-path = "{tmp_path / "e.tsv"}"\ndata-entities = "{tmp_path / "n.jsonl"}"\n'
         f'epsilon-budget = 4.0\nledger = "{tmp_path / "l.sqlite"}"\ndelta = 1e-6\nprivacy-unit = "edge"\n'
+        'min-records = 100\n'
         + "".join(f'{k} = "{v}"\n' for k, v in cols.items())
     )
     from graphveil.data import load_graph
@@ -197,6 +199,7 @@ def test_node_config_toml_and_site_dry_run(tmp_path: Path, capsys) -> None:
     toml.write_text(
         f'site-name = "bank-a"\ndata-path = "{tmp_path / "e.tsv"}"\ndata-entities = "{tmp_path / "n.jsonl"}"\n'
         f'epsilon-budget = 4.0\nledger = "{tmp_path / "l.sqlite"}"\ndelta = 1e-6\nprivacy-unit = "edge"\n'
+        'min-records = 100\n'
     )
     assert SiteSettings.from_toml(toml).epsilon_budget == 4.0
     args = _parse(["fed", "site", "--node-config", str(toml), "--superlink", "127.0.0.1:8000",

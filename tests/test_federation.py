@@ -87,7 +87,7 @@ def federation(tmp_path_factory) -> Federation:
             name: write_node_config(root / f"{name}.toml", {
                 "site-name": name, "data-source": "edge_list", "data-path": str(edges),
                 "data-entities": str(entities), "epsilon-budget": 50.0, "delta": DELTA,
-                "privacy-unit": "edge", "share-epsilon": True, "share-utility-metrics": True,
+                "privacy-unit": "edge", "min-records": 64, "share-epsilon": True, "share-utility-metrics": True,
                 "ledger": str(root / "ledgers" / f"{name}.sqlite"), "seed": 1, "threads": 1})
             for name, (edges, entities) in zip(SITES, parts, strict=True)
         }

@@ -23,9 +23,10 @@ class _OwnDeltaSession(FakeSession):
 
     trained = 0
 
-    def prepare(self) -> None:
-        super().prepare()
+    def bind_public_accounting(self) -> bool:
+        super().bind_public_accounting()
         self.delta = 1.0 / 1234  # e.g. 1/|Ē|: reveals the size of the site's graph
+        return True
 
     def train(self, num_steps=None, **kw):
         type(self).trained += 1

@@ -270,7 +270,7 @@ def test_site_rounds_reuse_the_cache_and_account_exactly_as_without_it(tmp_path:
     caplog.set_level(logging.INFO, logger="graphveil")
     edges, entities = site_files
     base = {"site-name": "bank-a", "data-path": edges, "data-entities": entities, "epsilon-budget": 1000.0,
-            "delta": 1e-6, "privacy-unit": "edge"}
+            "delta": 1e-6, "privacy-unit": "edge", "min-records": 64}
     cached = {**base, "ledger": str(tmp_path / "a" / "ledger.sqlite")}
     off = {**base, "ledger": str(tmp_path / "b" / "ledger.sqlite"), "prepared-cache": "off"}
     with_cache = _site_rounds(tmp_path, cached, range(1, 3), caplog)
@@ -298,7 +298,7 @@ def test_a_warm_cache_never_skips_the_budget_check(tmp_path: Path, site_files, c
 
     edges, entities = site_files
     node = {"site-name": "bank-a", "data-path": edges, "data-entities": entities, "epsilon-budget": 1000.0,
-            "delta": 1e-6, "privacy-unit": "edge", "ledger": str(tmp_path / "ledger.sqlite"),
+            "delta": 1e-6, "privacy-unit": "edge", "min-records": 64, "ledger": str(tmp_path / "ledger.sqlite"),
             "prepared-cache": str(tmp_path / "cache")}
     assert _site_rounds(tmp_path, node, range(1, 2), caplog)[0][0] == "trained"
     shutil.copytree(tmp_path / "cache", tmp_path / "cache-backup")
@@ -318,7 +318,7 @@ def test_node_config_key_prepared_cache() -> None:
     from graphveil.errors import ConfigError
 
     base = {"site-name": "a", "ledger": "/state/l.sqlite", "epsilon-budget": 1.0, "delta": 1e-6,
-            "privacy-unit": "edge", "data-source": "citeseer"}
+            "privacy-unit": "edge", "min-records": 64, "data-source": "citeseer"}
     assert SiteSettings.from_mapping(base).prepared_cache_dir == Path("/state/l.sqlite.prepared")
     assert SiteSettings.from_mapping({**base, "prepared-cache": "off"}).prepared_cache_dir is None
     assert SiteSettings.from_mapping({**base, "prepared-cache": "/c"}).prepared_cache_dir == Path("/c")

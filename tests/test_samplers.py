@@ -213,3 +213,54 @@ def test_stored_records_shape_and_range_checked() -> None:
                        (torch.tensor([[0, 9]]), "outside 0..3"), (torch.tensor([[0, 2]]), "not a relation")]:
         with pytest.raises(PrivacyError, match=match):
             s.prepare(graph, gen(0), records=bad)
+
+
+# --------------------------------------------------------------------------------------------
+# a public size floor (min_records): what is accounted holds public numbers only
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("m", "floor"), [(40, 10), (40, 40), (10, 40), (0, 40)])
+def test_size_floor_states_public_numbers_and_samples_at_most_that_rate(m: int, floor: int) -> None:
+    graph = make_graph(200, [(i, i + 100) for i in range(m)])
+    b = 5
+    sampler = build(PoissonDecoupledSampler, batch_size=b, k_neg=1, min_records=floor)
+    public = sampler.public_profile()
+    g = gen(3)
+    profile = sampler.prepare(graph, g)  # never fails on the private m (0 included)
+    assert (profile.rate, profile.num_records, profile.expected_batch_size) == (b / floor, floor, b)
+    assert (public.rate, public.num_records, public.kind) == (profile.rate, profile.num_records, profile.kind)
+    # the realised inclusion probability is b/max(m, m₀) ≤ the stated b/m₀
+    draws = 4000
+    counts = torch.tensor([sampler.sample(g).size for _ in range(draws)], dtype=torch.float64)
+    want = m * b / max(m, floor)
+    sd = math.sqrt(want * (1 - b / max(m, floor)) / draws) if m else 0.0
+    assert abs(float(counts.mean()) - want) <= 6 * sd + 1e-12  # false failure < 1e-8
+
+
+def test_without_a_floor_nothing_is_public_and_a_floor_below_the_batch_is_refused() -> None:
+    assert build(PoissonDecoupledSampler, batch_size=3).public_profile() is None
+    assert build(PoissonWORSampler, batch_size=3).public_profile() is None
+    with pytest.raises(ValidationError, match="exceeds min_records"):
+        PoissonDecoupledSampler.Params(batch_size=5, min_records=4)
+    with pytest.raises(ValidationError):  # node level has no floor: its accountants need |Ē| and n
+        PoissonWORSampler.Params(batch_size=5, min_records=40)
+
+
+@pytest.mark.parametrize("sigma", [0.6, 1.0, 3.0])
+def test_accounting_at_the_floor_rate_bounds_every_smaller_rate(sigma: float) -> None:
+    """The garbling argument of PoissonDecoupledSampler, checked with dp-accounting's own RDP and
+    PLD analyses: ε at the stated rate b/m₀ is never below ε at the realised b/m (m ≥ m₀)."""
+    import dp_accounting
+
+    def eps(rate: float, pld: bool) -> float:
+        event = dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(rate, dp_accounting.GaussianDpEvent(sigma)), 200)
+        acc = (dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3) if pld
+               else dp_accounting.rdp.RdpAccountant())
+        return float(acc.compose(event).get_epsilon(1e-6))
+
+    for pld in (False, True):
+        stated = eps(0.01, pld)
+        for realised in (0.0099, 0.005, 0.001):
+            assert eps(realised, pld) <= stated * (1 + 1e-9)

@@ -16,7 +16,7 @@ from test_fed_support import site_context
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.site import _real_session, handle_train
 from graphveil.data import load_bundled_citeseer
-from graphveil.ledger import PrivacyLedger
+from graphveil.ledger import LedgerError, PrivacyLedger
 
 RUN_CONFIG = {
     "num-server-rounds": 2, "local-steps": 2, "min-sites": 1,
@@ -44,7 +44,7 @@ def test_a_node_level_site_keeps_one_capped_relation_set_across_rounds(tmp_path:
     node_config = {
         "site-name": "bank-a", "data-path": str(edges), "data-entities": str(entities),
         "epsilon-budget": 1000.0, "ledger": str(tmp_path / "ledger.sqlite"), "delta": 1e-6,
-        "privacy-unit": "node", "share-epsilon": True,
+        "privacy-unit": "node", "share-epsilon": True, "degree-cap": 3,
     }
     ctx = site_context(3, node_config, RUN_CONFIG)
 
@@ -77,3 +77,15 @@ def test_a_node_level_site_keeps_one_capped_relation_set_across_rounds(tmp_path:
         assert ledger.verify().ok
         assert torch.equal(ledger.load_records(first.records_key), first.sampler.records)
         assert [e.status for e in ledger.entries()] == ["released", "released"]
+
+    # Ē is pinned: a task asking another K is refused before the graph is read ...
+    other = {**RUN_CONFIG, "task.sampler.degree_cap": 4}
+    content = records.train_content(records.arrays_from_state(state), 3, 2)
+    reply = handle_train(content, site_context(3, node_config, other), session_factory=factory)
+    assert reply.config_records[records.SITE]["status"] == records.REFUSED
+    assert "task.sampler.degree_cap" in reply.config_records[records.SITE]["reason"]
+    assert len(built) == 2
+    # ... and the ledger itself keeps one record set: a second key (other data, other options) is refused
+    with PrivacyLedger(node_config["ledger"], create=False) as ledger:
+        with pytest.raises(LedgerError, match="already holds the record set"):
+            ledger.save_records("another-key", first.sampler.records[:3])

@@ -441,7 +441,7 @@ def _site(**data):
     from graphveil.connectors.flower.settings import SiteSettings
 
     base = {"site-name": "bank-a", "epsilon-budget": 3.0, "ledger": "/ledger/l.sqlite", "delta": 1e-5,
-            "privacy-unit": "edge", "data-source": "sql"}
+            "privacy-unit": "edge", "min-records": 64, "data-source": "sql"}
     return SiteSettings.from_mapping({**base, **data})
 
 

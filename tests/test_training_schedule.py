@@ -349,7 +349,7 @@ def test_a_site_continues_one_schedule_across_rounds(tmp_path: Path) -> None:
     }
     node = {"site-name": "bank-a", "data-path": str(edges), "data-entities": str(entities),
             "epsilon-budget": 1000.0, "ledger": str(tmp_path / "ledger.sqlite"), "delta": 1e-6,
-            "privacy-unit": "edge"}
+            "privacy-unit": "edge", "min-records": 64}
     log = _StepLog()
     host = PluginHost()
     host.register(log, "step-log")

@@ -37,6 +37,7 @@ ledger-anchor = "/anchor/ledger.head"   # own volume: a restored ledger backup i
 # The site's privacy policy (deploy/RUNBOOK.md §4): a task that differs is refused.
 delta = 1e-6                       # well below 1/(relations of this site); the site's, not the task's
 privacy-unit = "edge"              # the demo app trains edge-level DP
+min-records = 100                  # public lower bound on training relations: ε uses it, not the size
 accountants = "edge_rdp"
 min-noise-multiplier = 0.5
 max-steps-per-round = 100

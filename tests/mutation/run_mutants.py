@@ -58,9 +58,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "clip-factors", "per-tuple clipping (factors forced to 1 in the DP step)",
         (("framework/engine/dp_step.py",
-          "        factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=norms.dtype, device=norms.device)\n",
-          "        factors = torch.as_tensor(clipper.factors(batch, norms.detach()), dtype=norms.dtype, device=norms.device)\n"
-          "        factors = torch.ones_like(factors)  # MUTANT: clipping removed\n"),),
+          "        factors = torch.where(bad, 0.0, factors)\n",
+          "        factors = torch.where(bad, 0.0, torch.ones_like(factors))  # MUTANT: clipping removed\n"),),
     ),
     Mutant(
         "noise-add", "Gaussian noise (the noise.add_ call in the DP step)",
@@ -125,18 +124,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "ledger-reserve", "the ledger reservation before training (reserve only after the steps ran)",
         (("connectors/flower/site.py",
-          "        reservation = ledger.reserve(\n"
-          "            session.accountant, noise_multiplier=sigma, steps=local_steps, delta=delta,\n"
-          "            budget=site.epsilon_budget, site=site.site_name, run=str(context.run_id), round=server_round,\n"
-          "        )\n",
-          "        pass  # MUTANT: no reservation before training\n"),
+          "    reservation = _reserve(ledger, session, site, sigma=sigma, delta=delta, steps=local_steps,\n"
+          "                           run=str(context.run_id), server_round=server_round)\n",
+          "    reservation = None  # MUTANT: no reservation before training\n"),
          ("connectors/flower/site.py",
           "        session.train(local_steps, schedule_start=(server_round - 1) * local_steps)\n",
           "        session.train(local_steps, schedule_start=(server_round - 1) * local_steps)\n"
-          "        reservation = ledger.reserve(  # MUTANT: reserved after the steps ran\n"
-          "            session.accountant, noise_multiplier=sigma, steps=local_steps, delta=delta,\n"
-          "            budget=site.epsilon_budget, site=site.site_name, run=str(context.run_id), round=server_round,\n"
-          "        )\n")),
+          "        reservation = _reserve(ledger, session, site, sigma=sigma, delta=delta, steps=local_steps,  # MUTANT\n"
+          "                               run=str(context.run_id), server_round=server_round)\n")),
         note="targets the issue-6 code (re-checked when it landed)",
         tags=("in-flux",),
     ),
@@ -600,6 +595,92 @@ MUTANTS: tuple[Mutant, ...] = (
         (("connectors/flower/guard.py",
           "            pid = os.fork()\n",
           "            pid = 0  # MUTANT: the server itself runs the task\n"),),
+    ),
+    # ---------------------------------------------------------------- issue 25: side channels
+    Mutant(
+        "dp-nonfinite-resum", "the clipped sum over finite examples only (a NaN example poisons the step)",
+        (("framework/engine/dp_step.py",
+          "        if bool(bad.any()):\n"
+          "            _resum_finite(engine, encoder, batch, loss_fn, factors, bad, micro_batch_size)\n",
+          "        pass  # MUTANT: non-finite examples stay in the sum\n"),),
+    ),
+    Mutant(
+        "dp-nonfinite-factor", "the zero factor of a non-finite example (clipper sees its NaN norm)",
+        (("framework/engine/dp_step.py",
+          "        factors = torch.as_tensor(clipper.factors(batch, torch.where(bad, 0.0, norms.detach())),\n",
+          "        factors = torch.as_tensor(clipper.factors(batch, norms.detach()),  # MUTANT\n"),),
+    ),
+    Mutant(
+        "site-failure-status", "the trained reply after the reservation (a failure says 'failed')",
+        (("connectors/flower/site.py",
+          "        return records.trained_content(site.site_name, incoming, metrics)\n",
+          "        return records.refused_content(site.site_name, records.FAILED, 'failed', {})  # MUTANT\n"),),
+    ),
+    Mutant(
+        "size-floor-accounted", "the public floor in the accounted rate (γ = b/m of the private size)",
+        (("framework/sampling.py",
+          "            accounted_m, self._rate = floor, b / max(m, floor)\n",
+          "            accounted_m, self._rate = max(m, 1), b / max(m, floor)  # MUTANT: private m accounted\n"),),
+    ),
+    Mutant(
+        "size-floor-sampled", "the floor in the sampling rate (sampled at b/m, above the stated b/m₀)",
+        (("framework/sampling.py",
+          "            accounted_m, self._rate = floor, b / max(m, floor)\n",
+          "            accounted_m, self._rate = floor, min(1.0, b / max(m, 1))  # MUTANT: rate above the stated one\n"),),
+    ),
+    Mutant(
+        "site-public-reserve", "the reservation before the graph is read (prepare first at edge level)",
+        (("connectors/flower/site.py",
+          "    public = session.bind_public_accounting()\n",
+          "    public = False  # MUTANT: the graph is read before the reservation\n"),),
+    ),
+    Mutant(
+        "site-sampler-keys", "the site's own min-records / degree-cap in the run config",
+        (("connectors/flower/settings.py",
+          "        sampler.update(_SITE_SAMPLER_KEYS[site.privacy_unit](site))\n",
+          "        pass  # MUTANT: the task's sampler options stand\n"),),
+    ),
+    Mutant(
+        "policy-sampler-keys", "the refusal of a task that sets min_records / degree_cap",
+        (("connectors/flower/settings.py",
+          "        if asked is not None and asked != value:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-numerics", "the refusal of a task that changes encoder.normalize",
+        (("connectors/flower/settings.py",
+          "        if value is not None and value != default and pinned.get(key) != value:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-pins", "the refusal of a task that contradicts the site-config",
+        (("connectors/flower/settings.py",
+          "        if key in pinned and pinned[key] != value:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-clip-range", "the site's clip norm range",
+        (("connectors/flower/settings.py",
+          "    if clip is not None and not site.min_clip_norm <= clip <= site.max_clip_norm:\n",
+          "    if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-max-abs-weight", "the site's bound on the magnitude of the server's array values",
+        (("connectors/flower/site.py",
+          "        if value.numel() and float(value.abs().max()) > max_abs:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-local-steps", "the lower end of the local-steps check (0 steps accepted)",
+        (("connectors/flower/settings.py",
+          "    if not 1 <= local_steps <= site.max_steps_per_round:\n",
+          "    if not local_steps <= site.max_steps_per_round:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "ledger-one-records", "one record set Ē per ledger (a second key is stored)",
+        (("framework/ledger.py",
+          "            if scan.records:  # one ledger, one dataset, one Ē: a second would be another guarantee\n",
+          "            if False:  # MUTANT\n"),),
     ),
 )
 
