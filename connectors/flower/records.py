@@ -6,14 +6,16 @@ Server → site (train message): ``arrays`` (the global trainable parameters) an
 Site → server (reply), and nothing else:
 
 * ``arrays`` — the site's updated trainable parameters (LoRA adapter weights): post-processing
-  of its DP release. Absent when the site refused the round.
+  of its DP release; after a failure past the reservation, the server's own arrays unchanged.
+  Absent when the site refused the round.
 * ``metrics`` — scalars: :data:`PUBLIC_METRICS` always (the task's own parameters and the site's
   policy, none computed from data); :data:`SPEND_METRICS` only if the site set ``share-epsilon``
   (ε depends on the sampling rate b/|Ē|); :data:`UTILITY_METRICS` only if the site set
   ``share-utility-metrics`` (held-out scores). Both opt-ins are non-private releases
   (deploy/RUNBOOK.md §5).
 * ``site`` — ``site-name``, ``status`` (:data:`STATUSES`) and, when refused or failed, a
-  ``reason`` written by GraphVeil (never an exception text that could quote data).
+  ``reason`` written by GraphVeil (never an exception text that could quote data). ``failed``
+  happens only before the spend is reserved; after it, every reply is ``trained``.
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ WEIGHT = "num-steps"
 #: Data-independent scalars every trained reply carries: the server's own step count and σ
 #: (the task gives σ directly), and the site's own δ and budget (its policy).
 PUBLIC_METRICS = ("num-steps", "delta", "epsilon-budget", "noise-multiplier")
-#: ε spent so far (and, in a budget refusal, the ε the round would have reached): functions of
-#: the sampling rate b/|Ē|, sent only when the site sets ``share-epsilon`` (a non-private
-#: release the site opted into).
+#: ε spent so far (and, in a budget refusal, the ε the round would have reached), sent only when
+#: the site sets ``share-epsilon``: public at edge level (accounted from the site's public size
+#: floor), a non-private release at node level (it depends on |Ē| and n).
 SPEND_METRICS = ("epsilon", "projected-epsilon")
 #: A trained reply of a site that shares its spend.
 PRIVACY_METRICS = ("num-steps", "epsilon", "delta", "epsilon-budget", "noise-multiplier")

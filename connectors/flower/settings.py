@@ -497,6 +497,16 @@ def check_site_policy(site: SiteSettings, fed: FederationSettings, config: RunCo
     * ``max-steps-per-round``: the round's local steps must not exceed it;
     * noise source and sampling: the task sets neither ``seed`` nor
       ``privacy.research_noise_seed``: a site's sampling and noise are fresh and secret; only the site's own ``seed`` key (testing) pins them.
+    * ``min-records`` (edge) / ``degree-cap`` (node): the sampler options that define what is
+      accounted and the capped relation set Ē are the site's; a task that sets another value
+      is refused (:func:`site_run_config` puts the site's in);
+    * ``site-config``: the values it sets are pinned; a task that contradicts one is refused,
+      and a key of :data:`NUMERICS_DEFAULTS` (``encoder.normalize``) may differ from its default
+      only where the site pins it;
+    * ``min-clip-norm`` / ``max-clip-norm``: the task's clip norm C must lie in that range.
+
+    The server's arrays are checked against ``max-abs-weight`` by the ClientApp, also before
+    any data is read.
     """
     task = fed.task
 

@@ -1,31 +1,35 @@
 """The site: a Flower ClientApp that trains on the site's own graph under the site's own budget.
 
-One train message = one round at the site (:func:`handle_train`):
+One train message = one round at the site (:func:`handle_train`). Every bit of the reply is
+public (a function of the task and the site's policy) or covered by the accounted mechanism
+(deploy/RUNBOOK.md §5):
 
 1. read the node config (graph, budget, ledger, policy) and the run's task; refuse at once a task
    the site's policy does not allow (:func:`~.settings.check_site_policy`: δ, privacy unit,
-   accountant, σ floor, steps per round, no pinned seed or noise) or if the ledger already shows
-   the budget spent (no data is touched);
-2. build the site's :class:`~graphveil.session.TrainingSession` on its own graph only (its
-   records store is the ledger; its prepared cache the site's ``prepared-cache`` folder, which
-   keeps the frozen encoder layers' outputs of the site's texts between rounds:
-   :mod:`graphveil.prepared_cache`) and check the server's arrays (keys, shapes, dtypes, finite);
-3. write the round's spend to the ledger *before* training (:meth:`PrivacyLedger.reserve`),
-   or refuse the round if it would pass the budget, telling the server why (with numbers only
-   if the site set ``share-epsilon``);
-4. load the global adapter, run the local DP steps (the session's accountant holds only this
-   round's steps; the ledger adds their RDP curve to the site's total), confirm the spend
-   (:meth:`PrivacyLedger.release`). The learning-rate schedule spans the whole federation
+   accountant, σ floor, steps per round, the site's own size floor and degree cap, pinned
+   values, clip norm range, no pinned seed or noise), and server arrays that do not decode,
+   are not floating point, hold NaN/Inf or exceed ``max-abs-weight`` — nothing read yet;
+2. refuse if the ledger already shows the budget spent; assemble the site's
+   :class:`~graphveil.session.TrainingSession` (no data read). At edge level, with the site's
+   public size floor ``min-records``, its accountant is bound from public numbers alone
+   (:meth:`~graphveil.session.TrainingSession.bind_public_accounting`); at node level the
+   coupled accountant needs |Ē| and n, so the graph is prepared first;
+3. write the round's spend to the ledger *before* training (:meth:`PrivacyLedger.reserve`), or
+   refuse the round if it would pass the budget (ε values only if the site set ``share-epsilon``);
+4. from here on the reply is a trained one whatever happens: prepare the graph (edge level),
+   check the arrays' keys and shapes, load them, run the local DP steps and confirm the spend
+   (:meth:`PrivacyLedger.release`). A failure is charged in full (withheld) and answered with
+   the server's own arrays; non-finite examples never fail a step
+   (:mod:`graphveil.engine.dp_step`). The learning-rate schedule spans the whole federation
    (``training.steps`` = rounds × local steps): round ``r`` trains at its positions
    ``(r-1)·local_steps …``, though the session (and the optimizer's state) is new each round;
-5. tell lifecycle plugins at the site (``graphveil_run_end`` with ``run_dir=None``, the report
-   naming the site and round), then reply with the updated adapter and scalars (:mod:`.records`)
-   — nothing else leaves.
+5. tell lifecycle plugins at the site (``graphveil_run_end`` with ``run_dir=None``), then reply
+   with the updated parameters and public scalars (:mod:`.records`) — nothing else leaves.
 
-Errors are logged at the site in full; the server only learns which stage failed, because an
-exception text may quote the data (a malformed record, an entity id). Each trained round logs
-its timings at the site (``site … round … timings: …``, wall-clock start and end, set-up,
-training and evaluation seconds); they are not sent.
+Errors before the reservation are logged at the site in full; the server only learns which
+stage failed, because an exception text may quote the data. Each trained round logs its
+timings at the site (wall-clock start and end, set-up, training and evaluation seconds); they
+are not sent.
 """
 
 from __future__ import annotations
