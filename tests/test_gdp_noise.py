@@ -11,9 +11,12 @@ deterministic), keeping for every call the exact noise it added (tensor after �
   privacy report) must be N(0, 1): ‖z‖² inside the χ²_d quantiles at 1e-9 on each side and a KS
   p-value above 1e-7. With fresh noise a correct release fails a group with probability
   < 2e-9 + 1e-7; a std off by a factor 2 (3 for DP-Emb's noise_scale) puts ‖z‖²/d at 1/4 (1/9),
-  more than 25 standard deviations out for the d ≥ 1280 coordinates of every group here;
+  at least 19 standard deviations (sd √(2/d)) out for the d ≥ 1280 coordinates of every group;
 * the event is the one the accountant composed: its RDP curve on the accountant's orders equals
   the curve the accountant recorded for that release name.
+
+Levels: edge, undirected edge, and node level with D = 7, the test graph's largest out-degree,
+so that the degree bound keeps every edge and the recomputation reads the graph as it is.
 
 RandEdge: the released pairs against the true ones, kept and flipped counts inside the binomial
 quantiles at 1e-9 on each side of p = 1/(1 + e^ε), ε the pure ε in the run's privacy report.
@@ -31,7 +34,7 @@ import pytest
 import torch
 from _graphs import hub_node_graph
 from scipy import stats
-from test_gdp import EDGE, UNDIRECTED, config, rand_edge_config
+from test_gdp import EDGE, NODE, UNDIRECTED, config, rand_edge_config
 
 from graphveil.config import config_from_dict
 from graphveil.engine import noise as noise_module
@@ -109,31 +112,9 @@ def adjacency(edges: torch.Tensor, n: int) -> torch.Tensor:
     return a
 
 
-# ----------------------------------------------------------------------------- GAP
-
-
-@pytest.mark.parametrize("unit", [EDGE, UNDIRECTED])
-def test_gap_hops_carry_the_accounted_noise(unit: str, host: PluginHost, monkeypatch: pytest.MonkeyPatch) -> None:
-    session = prepared(config("gap", unit, hops=2), host, monkeypatch)
-    event = accounted_event(session, "gap_aggregates")
-    assert isinstance(event, dp_accounting.SelfComposedDpEvent)
-    assert isinstance(event.event, dp_accounting.GaussianDpEvent)
-    # the Gaussian is relative to sensitivity 1: the hop's noise std is σ_event · Δ (1 or √2 by unit)
-    std = event.event.noise_multiplier * reported_level(session).aggregation_sensitivity()
-    assert session.noise.calls and len(session.noise.calls) == event.count  # edge level: the encoder is noiseless
-    data = session.task.dataset
-    a = adjacency(data.edge_index, data.num_nodes)  # edge level: every edge, no degree bound
-    width = session.released["gap_encoder"].shape[1]
-    z = session.released["gap_aggregates"].double()
-    previous = session.released["gap_encoder"].double()
-    for hop, (added,) in enumerate(session.noise.calls, start=1):
-        torch.testing.assert_close(z[:, hop * width: (hop + 1) * width], row_normalise(a @ previous + added),
-                                   rtol=1e-4, atol=1e-5)
-        previous = z[:, hop * width: (hop + 1) * width]
-    assert_standard_normal(torch.cat([c[0].reshape(-1) for c in session.noise.calls]), std, f"GAP hops at {unit}")
-
-
-# ----------------------------------------------------------------------------- DPDGC
+#: node level on the test graph without bounding anything: D = its largest out-degree (7)
+NODE_UNBOUNDED = NODE.format(D=7)
+UNITS = [EDGE, UNDIRECTED, NODE_UNBOUNDED]
 
 
 def stage_gaussian(event: Any) -> tuple[float, int]:
@@ -147,7 +128,63 @@ def stage_gaussian(event: Any) -> tuple[float, int]:
     return step.noise_multiplier, event.count
 
 
-@pytest.mark.parametrize("unit", [EDGE, UNDIRECTED])
+def step_std(event: Any, clip: float, group: int, batch: int) -> tuple[float, int]:
+    """(noise std of each step, T) that a stage's accounted event implies: a step's clipped sum
+    moves by ≤ 2C per changed example (replacement) and at most min(g, b) of a unit's g changed
+    examples are in a batch, so the step's Gaussian is relative to 2C·min(g, b)."""
+    sigma, steps = stage_gaussian(event)
+    return sigma * 2 * clip * min(group, batch), steps
+
+
+def unbounded_adjacency(session: TrainingSession) -> torch.Tensor:
+    """A of the whole graph, after checking the level's bound (if any) drops nothing from it."""
+    data, bound = session.task.dataset, reported_level(session).degree_bound
+    assert bound is None or int(torch.bincount(data.edge_index[0]).max()) <= bound
+    return adjacency(data.edge_index, data.num_nodes)
+
+
+# ----------------------------------------------------------------------------- GAP
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_gap_hops_carry_the_accounted_noise(unit: str, host: PluginHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    session = prepared(config("gap", unit, hops=2), host, monkeypatch)
+    hops = accounted_event(session, "gap_aggregates")
+    assert isinstance(hops, dp_accounting.SelfComposedDpEvent)
+    assert isinstance(hops.event, dp_accounting.GaussianDpEvent)
+    level = reported_level(session)
+    calls = session.noise.calls
+    encoder_calls, hop_calls = calls[:-hops.count], calls[-hops.count:]
+
+    # the encoder's DP-SGD: noiseless at edge level (public features), per-node steps otherwise
+    encoder = session.plan.releases[0].mechanism
+    if level.edge_level:
+        assert not encoder_calls and accounted_event(session, "gap_encoder") == dp_accounting.NoOpDpEvent()
+    else:
+        training = encoder.params.encoder_training
+        std, steps = step_std(accounted_event(session, "gap_encoder"), training.clip_norm, 1,
+                              min(training.batch_size, int(session.task.split.train.numel())))
+        assert encoder_calls and len(encoder_calls) % steps == 0  # one draw per parameter per step
+        assert_standard_normal(torch.cat([t.reshape(-1) for call in encoder_calls for t in call]), std,
+                               f"GAP encoder's DP-SGD at {unit}")
+
+    # H⁽ˡ⁾ = normalise(A·H⁽ˡ⁻¹⁾ + N); the Gaussian is relative to sensitivity 1: N's std is σ_event · Δ
+    a = unbounded_adjacency(session)
+    width = session.released["gap_encoder"].shape[1]
+    z = session.released["gap_aggregates"].double()
+    previous = session.released["gap_encoder"].double()
+    for hop, (added,) in enumerate(hop_calls, start=1):
+        torch.testing.assert_close(z[:, hop * width: (hop + 1) * width], row_normalise(a @ previous + added),
+                                   rtol=1e-4, atol=1e-5)
+        previous = z[:, hop * width: (hop + 1) * width]
+    assert_standard_normal(torch.cat([c[0].reshape(-1) for c in hop_calls]),
+                           hops.event.noise_multiplier * level.aggregation_sensitivity(), f"GAP hops at {unit}")
+
+
+# ----------------------------------------------------------------------------- DPDGC
+
+
+@pytest.mark.parametrize("unit", UNITS)
 def test_dpdgc_trains_dp_emb_and_releases_z_with_the_accounted_noise(
         unit: str, host: PluginHost, monkeypatch: pytest.MonkeyPatch) -> None:
     c, clip = 0.5, 1.0
@@ -159,14 +196,12 @@ def test_dpdgc_trains_dp_emb_and_releases_z_with_the_accounted_noise(
     mechanism = session.plan.releases[0].mechanism
     calls = session.noise.calls
 
-    # DP-Emb: every step's clipped sum moves by ≤ 2C per changed example (replacement), and at
-    # most min(g, b) of a unit's g changed rows are in a batch: the step's Gaussian is relative to 2C·min(g, b)
-    sigma, steps = stage_gaussian(training)
+    # DP-Emb: one unit changes g = level.changed_rows() examples (rows of A)
     batch = min(mechanism.params.embedding_training.batch_size, int(session.task.split.train.numel()))
-    step_std = sigma * 2 * clip * min(level.changed_rows(), batch)
+    std, steps = step_std(training, clip, level.changed_rows(), batch)
     params = len(list(mechanism.model.trainable_parameters()))
     assert len(calls) == steps * params + 1  # one draw per parameter per step, then Z
-    assert_standard_normal(torch.cat([t.reshape(-1) for call in calls[:-1] for t in call]), step_std,
+    assert_standard_normal(torch.cat([t.reshape(-1) for call in calls[:-1] for t in call]), std,
                            f"DP-Emb's DP-SGD at {unit}")
 
     # Z = A W + b + N, row-normalised, next to the public features
@@ -174,7 +209,7 @@ def test_dpdgc_trains_dp_emb_and_releases_z_with_the_accounted_noise(
     (z_noise,) = calls[-1]
     data = session.task.dataset
     weight, bias = mechanism.model.linear.weight.detach().double(), mechanism.model.linear.bias.detach().double()
-    expected = row_normalise(adjacency(data.edge_index, data.num_nodes) @ weight.t() + z_noise + bias)
+    expected = row_normalise(unbounded_adjacency(session) @ weight.t() + z_noise + bias)
     x = session.released["dpdgc_embedding"].double()
     features = data.x.shape[1]
     assert torch.equal(x[:, :features], data.x.double())
