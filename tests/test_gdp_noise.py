@@ -11,7 +11,8 @@ deterministic), keeping for every call the exact noise it added (tensor after �
   privacy report) must be N(0, 1): ‖z‖² inside the χ²_d quantiles at 1e-9 on each side and a KS
   p-value above 1e-7. With fresh noise a correct release fails a group with probability
   < 2e-9 + 1e-7; a std off by a factor 2 (3 for DP-Emb's noise_scale) puts ‖z‖²/d at 1/4 (1/9),
-  at least 19 standard deviations (sd √(2/d)) out for the d ≥ 1280 coordinates of every group;
+  ≥ 13 standard deviations (sd √(2/d)) out for the d ≥ 598 coordinates of every group (GAP's
+  node-level encoder; the hops, DP-Emb and Z have d ≥ 1280: ≥ 19);
 * the event is the one the accountant composed: its RDP curve on the accountant's orders equals
   the curve the accountant recorded for that release name.
 
