@@ -145,8 +145,11 @@ def table(cells: dict[str, dict[str, Any]], dataset: str, data: list[str], host:
                                  f"{c.get('unit')!r}, δ {c.get('delta')!r}; row {i} now states {unit!r}, δ {delta}: "
                                  "remove the stale cell or restore the row")
         mean, half = mean_ci95([100 * c["test_accuracy"] for c in runs])
-        sigma = runs[0]["noise_multiplier"]
-        sigma_text = f"{sigma:.3g}" if sigma else "–"
+        sigmas = sorted({float(f"{c['noise_multiplier'] or 0:.3g}") for c in runs})
+        sigma = sigmas[-1]
+        # σ can differ by seed: the keyed split's training-node count sets steps and batch (e.g. b = n)
+        sigma_text = ("–" if not sigma else f"{sigma:.3g}" if len(sigmas) == 1
+                      else f"{sigmas[0]:.3g}–{sigmas[-1]:.3g}")
         if eps is not None and not sigma:  # private without Gaussian noise: randomized response, pure ε
             delta = "0 (pure ε)"
         seconds = sum(c["seconds"] for c in runs) / len(runs)
