@@ -43,7 +43,7 @@ from typing import Any
 
 from graphveil.config import load_config
 from graphveil.host import PluginHost, default_host
-from graphveil.runner import mean_ci95, read_cells, run_training, sweep_cell
+from graphveil.runner import mean_ci95, planned_unit, read_cells, run_training, sweep_cell
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "dp_gcn_cora.yaml"
 
@@ -94,14 +94,8 @@ def _pct(values: list[float]) -> str:
 
 def unit_of(row: int, host: PluginHost) -> str:
     """The privacy unit a row's runs report (``privacy.json``'s ``unit``); ``–`` without privacy."""
-    from graphveil.session import TrainingSession
-
     _, _, overrides, eps, *_ = ROWS[row]
-    if eps is None:
-        return "–"
-    session = TrainingSession(sweep_cell(load_config(EXAMPLE, overrides), eps, 0, Path("unused"), host), host=host)
-    session.assemble()  # the components' unit, before any data is read
-    return session.sampler.unit.value
+    return planned_unit(sweep_cell(load_config(EXAMPLE, overrides), eps, 0, Path("unused"), host), host) or "–"
 
 
 def table(cells: dict[str, dict[str, Any]], datasets: list[str], host: PluginHost) -> str:

@@ -42,6 +42,7 @@ from graphveil.engine import noise as noise_module
 from graphveil.host import PluginHost
 from graphveil.plugins.gdp.common import row_normalise
 from graphveil.plugins.gdp.levels import GdpLevel
+from graphveil.runner import planned_unit
 from graphveil.session import TrainingSession
 from graphveil.units import PrivacyUnit
 
@@ -230,9 +231,12 @@ def test_rand_edge_keeps_and_flips_pairs_at_the_reported_epsilon(
         unit: str, seed: int, host: PluginHost) -> None:
     raw = rand_edge_config(unit, 2.0).model_dump(mode="json", exclude_none=True)
     raw["privacy"]["research_noise_seed"] = seed
-    session = TrainingSession(config_from_dict(raw), host=host, graph=hub_node_graph())
+    cfg = config_from_dict(raw)
+    session = TrainingSession(cfg, host=host, graph=hub_node_graph())
     session.prepare()
-    eps = session.privacy_report()["epsilon"]  # pure ε of the composed RR event (basic composition)
+    report = session.privacy_report()
+    assert report["unit"] == unit == planned_unit(cfg, host)  # what the benchmarks' unit columns read
+    eps = report["epsilon"]  # pure ε of the composed RR event (basic composition)
     p = 1.0 / (1.0 + math.exp(eps))
     true, released = pairs(session.task.dataset.edge_index), pairs(session.released["rand_edge"])
     n = session.task.dataset.num_nodes
