@@ -6,6 +6,9 @@ appended to a JSON-lines file as each cell finishes, and cells already there are
 the benchmark can be resumed or split across processes (``--rows``, ``--dataset``) and summed
 up later (``--table-only``). Prints a markdown table for the README: accuracy (= paper 3's
 micro-F1) and macro-F1, mean ± 95 % CI over seeds, the majority class, and the paper's F1.
+Every row states its privacy unit (``unit``, as ``privacy.json`` reports it; ``–`` without
+privacy): ``graph/replacement``, one of the s splits replaced — node-level DP with respect to the
+split-masked training graph (a node, its features, label and within-split edges are in one split).
 
     python bench/dp_gcn.py --seeds 3 --out bench/results/dp_gcn.jsonl     # every row: about 2 h
     python bench/dp_gcn.py --table-only --out bench/results/dp_gcn.jsonl
@@ -39,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from graphveil.config import load_config
-from graphveil.host import default_host
-from graphveil.runner import mean_ci95, read_cells, run_training, sweep_cell
+from graphveil.host import PluginHost, default_host
+from graphveil.runner import mean_ci95, planned_unit, read_cells, run_training, sweep_cell
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "dp_gcn_cora.yaml"
 
@@ -89,26 +92,38 @@ def _pct(values: list[float]) -> str:
     return f"{mean:.1f}" if half != half else f"{mean:.1f} ± {half:.1f}"  # nan: one seed
 
 
-def table(cells: dict[str, dict[str, Any]], datasets: list[str]) -> str:
-    lines = ["| dataset | setting | optimizer | ε | σ | steps | test acc = micro-F1 (%) | test macro-F1 (%) | "
-             "paper 3 F1 (%) | seeds | s / run |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+def unit_of(row: int, host: PluginHost) -> str:
+    """The privacy unit a row's runs report (``privacy.json``'s ``unit``); ``–`` without privacy."""
+    _, _, overrides, eps, *_ = ROWS[row]
+    return planned_unit(sweep_cell(load_config(EXAMPLE, overrides), eps, 0, Path("unused"), host), host) or "–"
+
+
+def table(cells: dict[str, dict[str, Any]], datasets: list[str], host: PluginHost) -> str:
+    """The markdown table; a cell that recorded another unit than its row states now is refused."""
+    lines = ["| dataset | setting | optimizer | unit | ε | σ | steps | test acc = micro-F1 (%) | "
+             "test macro-F1 (%) | paper 3 F1 (%) | seeds | s / run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    units = {i: unit_of(i, host) for i in DISPLAY}
     for dataset in datasets:
         runs_all = [c for c in cells.values() if c["dataset"] == dataset]
         if not runs_all:
             continue
         maj = runs_all[0]
-        lines.append(f"| {dataset} | majority class | – | – | – | – | {100 * maj['majority_accuracy']:.1f} | "
+        lines.append(f"| {dataset} | majority class | – | – | – | – | – | {100 * maj['majority_accuracy']:.1f} | "
                      f"{100 * maj['majority_macro_f1']:.1f} | {100 * PAPER_MAJORITY[dataset]:.0f} | – | – |")
-        for setting, optimizer, _, eps, paper_cora, paper_citeseer in (ROWS[i] for i in DISPLAY):
+        for i in DISPLAY:
+            setting, optimizer, _, eps, paper_cora, paper_citeseer = ROWS[i]
             runs = [c for c in runs_all if (c["setting"], c["optimizer"], c["target_epsilon"]) == (setting, optimizer, eps)]
             if not runs:
                 continue
+            if stale := [c for c in runs if c.get("unit", units[i]) != units[i]]:
+                raise SystemExit(f"bench/dp_gcn.py: cell {key(dataset, i, stale[0]['seed'])} ran at unit "
+                                 f"{stale[0]['unit']!r}, row {i} now states {units[i]!r}: remove the stale cell")
             paper = paper_cora if dataset == "cora" else paper_citeseer
             sigma = runs[0]["noise_multiplier"]
             seconds = sum(c["seconds"] for c in runs) / len(runs)
             lines.append(
-                f"| {dataset} | {setting} | {optimizer} | {'∞' if eps is None else f'{eps:g}'} | "
+                f"| {dataset} | {setting} | {optimizer} | {units[i]} | {'∞' if eps is None else f'{eps:g}'} | "
                 f"{'–' if not sigma else f'{sigma:.3g}'} | {runs[0]['steps']} | "
                 f"{_pct([c['test_accuracy'] for c in runs])} | {_pct([c['test_macro_f1'] for c in runs])} | "
                 f"{'–' if paper is None else f'{100 * paper:.0f}'} | {len(runs)} | {seconds:.0f} |")
@@ -125,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     outs = args.out or [Path("bench/results/dp_gcn.jsonl")]
     datasets = ["cora", "citeseer"] if args.dataset == "all" else [args.dataset]
+    host = default_host()
     if not args.table_only:
-        host = default_host()
         chosen = [int(i) for i in args.rows.split(",") if i] or range(len(ROWS))
         for seed in range(args.seeds):  # seed-major: a partial run still covers every row
             for dataset in datasets:
@@ -140,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
                     base = load_config(EXAMPLE, [*data, *overrides, "output.progress=false"])
                     cfg = sweep_cell(base, eps, seed, Path("runs/bench-dp-gcn") / dataset / f"row{i}", host)
                     started, cpu = time.perf_counter(), time.process_time()
-                    row = run_training(cfg, host=host)["row"]
+                    result = run_training(cfg, host=host)
+                    row, unit = result["row"], result["session"].privacy_report()["unit"] or "–"
                     cell = {"dataset": dataset, "setting": setting, "optimizer": optimizer, "target_epsilon": eps,
-                            "seed": seed, **{k: row[k] for k in (
+                            "unit": unit, "seed": seed, **{k: row[k] for k in (
                                 "test_accuracy", "test_macro_f1", "val_accuracy", "majority_accuracy",
                                 "majority_macro_f1", "epsilon", "noise_multiplier", "steps")},
                             "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu}
@@ -152,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"acc {100 * row['test_accuracy']:.1f} macro-F1 {100 * row['test_macro_f1']:.1f} "
                           f"σ {row['noise_multiplier']:.3g} ({cell['seconds']:.0f} s, cpu {cell['cpu_seconds']:.0f} s)",
                           flush=True)
-    print(table(done(outs), datasets))
+    print(table(done(outs), datasets, host))
     return 0
 
 

@@ -17,6 +17,15 @@ same protocol: dp-gnn's preprocessing (CiteSeer: its 48 isolated nodes removed, 
 nodes, while PyG's 15 zero-feature rows padded in for missing test documents have edges and stay,
 with class 0; Twitch ENGB: nothing removed) and the keyed 0.1 / 0.15 random node split.
 
+Every row states its guarantee: the table's ``unit`` column is the run's ``privacy.unit`` (as
+``privacy.json`` reports it; ``–`` for a run without privacy) and ``δ`` its δ (the default rule
+over the unit's count: directed adjacency entries, undirected edges or training nodes). The edge
+rows run at both edge units at the same ε: ``edge/replacement/predictions`` (one directed
+adjacency entry, paper 4's edge GDP, which on an undirected graph protects one direction of a
+citation only) and ``undirected_edge/replacement/predictions`` (both entries: GAP's and DPDGC's
+sensitivities × √2, DP-Emb's group 2). RandEdge decides each unordered pair once, so its
+release is the same ε-DP mechanism at both units.
+
 About 1.5 h for all Cora rows at 5 seeds on 2 CPU cores (see the README for measured times).
 """
 
@@ -32,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from graphveil.config import load_config
-from graphveil.host import default_host
+from graphveil.host import PluginHost, default_host
 from graphveil.runner import mean_ci95, read_cells, run_training, sweep_cell
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -45,6 +54,7 @@ DATASETS: dict[str, tuple[str | None, list[str]]] = {
     "twitch": ("social/musae_twitch_ENGB", ["data.source=twitch", "data.name=ENGB"]),
 }
 EDGE = "edge/replacement/predictions"
+UNDIRECTED = "undirected_edge/replacement/predictions"
 NODE = "node/replacement/D=100/predictions"
 K1 = "k_neighbor/replacement/k=1/predictions"
 #: paper 4's dropout: 0.5 non-private and at edge level, 0 at node and k-neighbor level
@@ -69,7 +79,7 @@ ROWS: list[tuple[str, str, str, list[str], float | None, float | None]] = [
     ("non-private", "MLP", "dp_mlp_cora.yaml", FULL_BATCH, None, 76.48),
     ("edge ε=1", "DPDGC", "dpdgc_cora.yaml", [f"privacy.unit={EDGE}", *FULL_BATCH], 1.0, 77.71),
     ("edge ε=1", "GAP", "gap_cora.yaml", [f"privacy.unit={EDGE}", *DROPOUT, *GAP_DROPOUT], 1.0, 76.95),
-    ("edge ε=1", "RandEdge+SAGE", "rand_edge_sage_cora.yaml", DROPOUT, 1.0, 59.95),
+    ("undirected edge ε=1", "RandEdge+SAGE", "rand_edge_sage_cora.yaml", DROPOUT, 1.0, 59.95),
     ("non-private", "SAGE", "rand_edge_sage_cora.yaml", DROPOUT, None, 84.19),
     ("N1 ε=16", "DPDGC", "dpdgc_cora.yaml", [f"privacy.unit={K1}", *GRAPH_SHARE.format(50).split()], 16.0, 59.98),
     ("node ε=16", "DPDGC", "dpdgc_cora.yaml", [f"privacy.unit={NODE}", *GRAPH_SHARE.format(1000).split()],
@@ -77,7 +87,15 @@ ROWS: list[tuple[str, str, str, list[str], float | None, float | None]] = [
     ("node ε=16", "GAP", "gap_cora.yaml", [f"privacy.unit={NODE}"], 16.0, 54.36),
     ("node ε=16", "DP-MLP", "dp_mlp_cora.yaml", [], 16.0, 64.29),
     ("node ε=16", "DP-SAGE", "dp_sage_cora.yaml", [], 16.0, 15.86),
+    # the edge rows at the undirected-edge unit (issue 25): paper 4 reports the directed entry only;
+    # RandEdge's release is the same mechanism at both units, so the paper's value stands beside both
+    ("undirected edge ε=1", "DPDGC", "dpdgc_cora.yaml", [f"privacy.unit={UNDIRECTED}", *FULL_BATCH], 1.0, None),
+    ("undirected edge ε=1", "GAP", "gap_cora.yaml", [f"privacy.unit={UNDIRECTED}", *DROPOUT, *GAP_DROPOUT],
+     1.0, None),
+    ("edge ε=1", "RandEdge+SAGE", "rand_edge_sage_cora.yaml", [f"privacy.unit={EDGE}", *DROPOUT], 1.0, 59.95),
 ]
+#: table order (row numbers stay stable for --rows, resuming and the README's references)
+DISPLAY = [0, 1, 2, 6, 3, 4, 14, 12, 13, 5, 7, 8, 9, 10, 11]
 
 
 def key(setting: str, method: str, dataset: str, seed: int) -> str:
@@ -88,19 +106,56 @@ def done(paths: list[Path]) -> dict[str, dict[str, Any]]:
     return read_cells(paths, lambda c: key(c["setting"], c["method"], c["dataset"], c["seed"]))
 
 
-def table(cells: dict[str, dict[str, Any]], dataset: str) -> str:
-    lines = [f"| {dataset} | method | test acc (%) | paper 4 | seeds | σ | s / run |", "|---|---|---|---|---|---|---|"]
-    for setting, method, *_, paper in ROWS:
+def guarantee(row: int, data: list[str], host: PluginHost, graphs: dict[str, Any]) -> tuple[str, str]:
+    """(unit, δ) of a row's runs as ``privacy.json`` states them: the sampler's privacy unit and δ
+    (explicit, or the default rule over the unit's count on this dataset); ``–`` without privacy.
+    ``graphs`` caches the loaded dataset across rows."""
+    from graphveil.data.loaders import load_data
+    from graphveil.session import TrainingSession
+
+    _, _, config, overrides, eps, _ = ROWS[row]
+    if eps is None:
+        return "–", "–"
+    cfg = sweep_cell(load_config(EXAMPLES / config, [*data, *overrides]), eps, 0, Path("unused"), host)
+    session = TrainingSession(cfg, host=host)
+    session.assemble()
+    name = "|".join(data)
+    if name not in graphs:
+        graphs[name] = load_data(cfg.data, host)
+    session.task.setup(graphs[name], cfg.data.split)
+    session._choose_delta()  # the session's own rule, as a run applies it
+    return session.sampler.unit.value, f"{session.delta:g}"
+
+
+def table(cells: dict[str, dict[str, Any]], dataset: str, data: list[str], host: PluginHost) -> str:
+    """The markdown table; every row states its unit and δ. A cell that recorded another unit or δ
+    than its row's config gives now (a stale result) is refused."""
+    lines = [f"| {dataset} | method | unit | δ | test acc (%) | paper 4 | seeds | σ | s / run |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    graphs: dict[str, Any] = {}
+    for i in DISPLAY:
+        setting, method, *_, eps, paper = ROWS[i]
         runs = [c for c in cells.values() if (c["setting"], c["method"], c["dataset"]) == (setting, method, dataset)]
         if not runs:
             continue
+        unit, delta = guarantee(i, data, host, graphs)
+        for c in runs:
+            if (c.get("unit", unit), c.get("delta", delta)) != (unit, delta):
+                raise SystemExit(f"bench/gdp.py: cell {key(setting, method, dataset, c['seed'])} ran at unit "
+                                 f"{c.get('unit')!r}, δ {c.get('delta')!r}; row {i} now states {unit!r}, δ {delta}: "
+                                 "remove the stale cell or restore the row")
         mean, half = mean_ci95([100 * c["test_accuracy"] for c in runs])
-        sigma = runs[0]["noise_multiplier"]
-        sigma_text = f"{sigma:.3g}" if sigma else "–"  # non-private: no noise
+        sigmas = sorted({float(f"{c['noise_multiplier'] or 0:.3g}") for c in runs})
+        sigma = sigmas[-1]
+        # σ can differ by seed: the keyed split's training-node count sets steps and batch (e.g. b = n)
+        sigma_text = ("–" if not sigma else f"{sigma:.3g}" if len(sigmas) == 1
+                      else f"{sigmas[0]:.3g}–{sigmas[-1]:.3g}")
+        if eps is not None and not sigma:  # private without Gaussian noise: randomized response, pure ε
+            delta = "0 (pure ε)"
         seconds = sum(c["seconds"] for c in runs) / len(runs)
         ci = "" if half != half else f" ± {half:.2f}"  # nan: one seed
         ref = "–" if paper is None or dataset != "cora" else f"{paper:.2f}"
-        lines.append(f"| {setting} | {method} | {mean:.2f}{ci} | {ref} | {len(runs)} | "
+        lines.append(f"| {setting} | {method} | {unit} | {delta} | {mean:.2f}{ci} | {ref} | {len(runs)} | "
                      f"{sigma_text} | {seconds:.0f} |")
     return "\n".join(lines)
 
@@ -130,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
                          "results file does not record it), e.g. --set method.encoder_dropout=0.5")
     args = ap.parse_args(argv)
     outs = args.out or [Path(f"bench/results/gdp_{args.dataset}.jsonl")]
+    host = default_host()
+    data = data_overrides(args.dataset, args.data)
     if not args.table_only:
-        host = default_host()
-        data = data_overrides(args.dataset, args.data)
         chosen = [int(i) for i in args.rows.split(",") if i] or range(len(ROWS))
         runs = Path("runs/bench-gdp") / args.dataset
         if args.extra:  # run folders of their own: the table's runs are not replaced
@@ -148,16 +203,18 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(cfg.output.dir, ignore_errors=True)
                 started = time.perf_counter()
                 result = run_training(cfg, host=host)
-                row = result["row"]
+                row, report = result["row"], result["session"].privacy_report()
                 cell = {"dataset": args.dataset, "setting": setting, "method": method, "seed": seed,
                         "test_accuracy": row["test_accuracy"], "val_accuracy": row["val_accuracy"],
                         "epsilon": row["epsilon"], "noise_multiplier": row["noise_multiplier"],
+                        # the guarantee as privacy.json states it (the table checks it against the row)
+                        "unit": report["unit"] or "–", "delta": f"{report['delta']:g}" if report["private"] else "–",
                         "seconds": time.perf_counter() - started}
                 with outs[0].open("a") as f:
                     f.write(json.dumps(cell) + "\n")
-                print(f"{setting:12s} {method:7s} seed {seed}: acc {100 * row['test_accuracy']:.2f} "
+                print(f"{setting:20s} {method:7s} {cell['unit']} seed {seed}: acc {100 * row['test_accuracy']:.2f} "
                       f"ε {row['epsilon']:.3f} ({cell['seconds']:.0f} s)", flush=True)
-    print(table(done(outs), args.dataset))
+    print(table(done(outs), args.dataset, data, host))
     return 0
 
 

@@ -32,6 +32,16 @@ def result_columns(session: TrainingSession) -> list[tuple[str, str, str]]:
     return [("name", "run", ""), *metrics, *TAIL_COLUMNS]
 
 
+def planned_unit(config: RunConfig, host: PluginHost | None = None) -> str | None:
+    """The privacy unit a run of ``config`` reports (``privacy.json``'s ``unit``), from its
+    assembled components before any data is read; ``None`` for a run without privacy."""
+    if not config.privacy.enabled:
+        return None
+    session = TrainingSession(config, host=host)
+    session.assemble()
+    return session.sampler.unit.value
+
+
 def run_training(config: RunConfig, *, host: PluginHost | None = None,
                  graph: Any = None,
                  session: TrainingSession | None = None,

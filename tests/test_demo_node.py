@@ -64,6 +64,19 @@ def test_rows_are_the_benchmarks_cells_but_for_the_changes_they_name(tmp_path: P
             assert cfg.training.epochs < 100
 
 
+def test_every_row_states_the_unit_of_its_guarantee(tmp_path: Path) -> None:
+    from graphveil.runner import planned_unit
+
+    host = default_host()
+    units = {label: planned_unit(cfg, host) for label, cfg, _ in demo_node.node_demo_configs(
+        root=tmp_path, progress=False, host=host)}
+    assert units["non-private GAP"] is None and units["non-private MLP"] is None
+    assert units["edge ε=1 GAP"] == units["edge ε=1 DPDGC"] == "edge/replacement/predictions"
+    assert units["node ε=16 DP-MLP"] == "node/replacement/predictions"
+    assert units["node ε=16 GAP"] == units["node ε=16 DP-SAGE"] == "node/replacement/D=100/predictions"
+    assert ("unit", "unit", "") in demo_node.COLUMNS
+
+
 def test_quick_uses_one_epoch_per_stage_where_the_stage_exists(tmp_path: Path) -> None:
     for row, (_, cfg, changes) in zip(demo_node.ROWS, demo_node.node_demo_configs(True, tmp_path, False),
                                       strict=True):

@@ -54,6 +54,32 @@ def test_every_pair_is_decided_once_at_the_rates_of_epsilon() -> None:
     assert abs(flipped - n0 * p) < 5 * math.sqrt(n0 * p * (1 - p))
 
 
+def test_a_run_keeps_and_flips_relations_at_the_epsilon_its_report_states(tmp_path: Path) -> None:
+    """The release a run accounts, measured: true relations kept and non-relations turned into
+    relations at the rates of p = 1/(1 + e^ε), ε the pure ε of the run's privacy report (what the
+    accountant composed), each count inside its binomial quantiles at 1e-9 on each side (a correct
+    release fails with probability < 4e-9; research noise seed, so the test is deterministic).
+    At ε = 3 the 417 training entities give ~4,110 ± 63 flips: a release at 2ε (p ≈ 0.0025: ~220)
+    or ε/2 (p ≈ 0.18) is far outside."""
+    from scipy import stats
+
+    from graphveil.host import default_host
+    from graphveil.session import TrainingSession
+
+    session = TrainingSession(run_config(tmp_path, privacy={"target_epsilon": 3.0, "research_noise_seed": 9}),
+                              host=default_host())
+    session.prepare()
+    eps = session.privacy_report()["epsilon"]
+    p = 1.0 / (1.0 + math.exp(eps))
+    graph = session.task.train_graph
+    true = {tuple(e) for e in graph.edges.tolist()}
+    released = {tuple(e) for e in session.released[RELATIONS].edges.tolist()}
+    non_edges = graph.num_nodes * (graph.num_nodes - 1) // 2 - len(true)
+    for count, trials, rate in ((len(released & true), len(true), 1.0 - p), (len(released - true), non_edges, p)):
+        low, high = stats.binom.ppf(1e-9, trials, rate), stats.binom.isf(1e-9, trials, rate)
+        assert low <= count <= high, (count, trials, rate, low, high)
+
+
 def test_non_private_release_is_the_training_graph_and_sizes_are_refused_before_drawing() -> None:
     task = toy_task()
     assert RelationRR(None, None, 10).release(task, None) is task.train_graph

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from graphveil.config import RunConfig, apply_overrides, config_from_dict
-from graphveil.runner import sweep_cell
+from graphveil.runner import planned_unit, sweep_cell
 
 _SPLIT = {"kind": "random_node", "val_fraction": 0.1, "test_fraction": 0.15, "seed": 0}
 _DATA = {"source": "planetoid", "name": "cora", "split": _SPLIT}
@@ -114,7 +114,7 @@ QUICK = ["training.epochs=1", "method.encoder_training.epochs=1", "method.embedd
 
 SEED = 0
 
-COLUMNS = [("name", "run", ""), ("test_accuracy", "test acc", ".2%"),
+COLUMNS = [("name", "run", ""), ("unit", "unit", ""), ("test_accuracy", "test acc", ".2%"),
            ("majority_accuracy", "majority class", ".2%"), ("epsilon", "ε spent", ".3f"),
            ("noise_multiplier", "σ", ".3g"), ("seconds", "time (s)", ".0f"),
            ("changes", "changed vs bench/gdp.py", "")]
@@ -184,17 +184,20 @@ def run_node_demo(quick: bool = False, output: Path | None = None, progress: boo
 
     host = default_host()
     changes: list[str] = []
+    units: list[str] = []
 
     def build(root: Path) -> list[tuple[str, RunConfig]]:
         configs = node_demo_configs(quick, root, progress, host)
         changes.extend(text for _, _, text in configs)
+        # every row states its guarantee: the unit its privacy.json reports (– without privacy)
+        units.extend(planned_unit(cfg, host) or "–" for _, cfg, _ in configs)
         return [(label, cfg) for label, cfg, _ in configs]
 
     return run_comparison(
         "GraphVeil demo (node classification, paper 4's GDP methods)", build,
         output=output, default_name="demo-node-quick" if quick else "demo-node",
         load=lambda cfg: load_data(cfg.data, host), columns=lambda _result: COLUMNS,
-        row_extra=lambda i, _cfg: {"changes": changes[i]},
+        row_extra=lambda i, _cfg: {"unit": units[i], "changes": changes[i]},
         caption="node classification on bundled Cora, test accuracy on one keyed split (seed 0)",
         notes=["Rows are bench/gdp.py's (paper 4, Table 2) seed-0 cells; σ is calibrated to each "
                "row's own number of steps.",

@@ -281,6 +281,36 @@ MUTANTS: tuple[Mutant, ...] = (
           "        return math.sqrt(self.unit.degree_bound)  # MUTANT: factor 2 dropped\n"),),
     ),
     Mutant(
+        "gap-pma-std-halved", "GAP's per-hop aggregation noise std σ·Δ (σ·Δ/2 added, σ accounted)",
+        (("plugins/gdp/gap.py",
+          "        std = self.sigma() * self.sensitivity() if self.level.private else 0.0\n",
+          "        std = self.sigma() * self.sensitivity() / 2 if self.level.private else 0.0  # MUTANT\n"),),
+    ),
+    Mutant(
+        "dpdgc-z-noise-halved", "DPDGC's noise on Z, std σ·noise_scale·Δ_Z (half of it added)",
+        (("plugins/gdp/dpdgc.py",
+          "                noise.add_([z], self.sigma() * self.sensitivity())\n",
+          "                noise.add_([z], self.sigma() * self.sensitivity() / 2)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "dpemb-unscaled-sigma", "DP-Emb trained at σ·noise_scale (trained at the run's σ, accounted at σ·noise_scale)",
+        (("plugins/gdp/dpdgc.py",
+          "                 noise_multiplier=self.sigma(), noise=noise, generator=self.generator,\n",
+          "                 noise_multiplier=GdpRelease.sigma(self), noise=noise, generator=self.generator,  # MUTANT\n"),),
+    ),
+    Mutant(
+        "rand-edge-epsilon", "RandEdge's flip probability at the accounted ε (the pairs flipped at 2ε)",
+        (("plugins/gdp/rand_edge.py",
+          "        noisy = randomized_response_edges(pairs, data.num_nodes, self.epsilon, self.generator)\n",
+          "        noisy = randomized_response_edges(pairs, data.num_nodes, 2 * self.epsilon, self.generator)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "rr-baseline-epsilon", "paper 2's RR baseline flips relations at the accounted ε (flipped at 2ε)",
+        (("plugins/edge_dp/rr_baseline.py",
+          "        noisy = randomized_response_edges(graph.edges.T.contiguous(), graph.num_nodes, self.epsilon,\n",
+          "        noisy = randomized_response_edges(graph.edges.T.contiguous(), graph.num_nodes, 2 * self.epsilon,  # MUTANT\n"),),
+    ),
+    Mutant(
         "pure-basic-composition", "basic composition of pure-ε releases (the largest ε instead of the sum)",
         (("framework/privacy/rdp_accountant.py",
           "        return float(sum(self._pure))\n",
