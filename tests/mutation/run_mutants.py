@@ -464,10 +464,35 @@ MUTANTS: tuple[Mutant, ...] = (
           "    return message  # MUTANT\n"),),
     ),
     Mutant(
-        "sql-write-words", "the refusal of a query whose words write (WITH … DELETE, SELECT … INTO)",
+        "sql-write-words", "the refusal of a query with a clause that writes (WITH … DELETE, SELECT … INTO)",
         (("framework/data/sql.py",
-          "    writes = sorted(set(words) & _WRITE_WORDS)\n",
+          "    writes = [node for node in statement.walk() if isinstance(node, kinds)]\n",
           "    writes = []  # MUTANT\n"),),
+    ),
+    Mutant(
+        "sql-one-statement", "the one-statement check (only the first statement of a query is checked)",
+        (("framework/data/sql.py", "    if len(statements) > 1:\n", "    if False:  # MUTANT\n"),
+         ("framework/data/sql.py", "    (statement,) = statements\n", "    statement = statements[0]  # MUTANT\n")),
+    ),
+    Mutant(
+        "sql-dialect", "parsing a query in its database's dialect (sqlglot's generic SQL splits quotes "
+        "otherwise than PostgreSQL or SQLite)",
+        (("framework/data/sql.py",
+          "        parsed = sqlglot.parse(sql, dialect=dialect)\n",
+          "        parsed = sqlglot.parse(sql, dialect=None)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "duckdb-external-access", "DuckDB's external access off (a query reads /etc/passwd, files and URLs)",
+        (("framework/data/sql.py",
+          'DUCKDB_CONFIG = {"enable_external_access": False,',
+          'DUCKDB_CONFIG = {"enable_external_access": True,  # MUTANT\n'
+          '                 '),),
+    ),
+    Mutant(
+        "duckdb-config", "DuckDB's locked configuration (external access, extension install and load)",
+        (("framework/data/sql.py",
+          '        connect_args["config"] = dict(DUCKDB_CONFIG)\n',
+          "        pass  # MUTANT\n"),),
     ),
     Mutant(
         "sql-readonly-postgres", "PostgreSQL's read-only transaction",
