@@ -439,6 +439,11 @@ MUTANTS: tuple[Mutant, ...] = (
           "        accountant.step(noise_multiplier=self.sigma, num_steps=1)  # MUTANT\n"),),
     ),
     Mutant(
+        "run-name-check", "the refusal of a run name that is not one folder name (--set name=../../../x "
+        "writes outside runs/)",
+        (("framework/config.py", "        return check_run_name(v)\n", "        return v  # MUTANT\n"),),
+    ),
+    Mutant(
         "sweep-resume-config", "the refusal to resume a sweep cell run with another config",
         (("framework/runner.py",
           "    if saved != wanted:\n",
