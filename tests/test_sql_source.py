@@ -459,6 +459,13 @@ def test_passwords_from_the_environment_a_file_or_libpq(pg: PostgresServer, tmp_
 def test_redacted_urls_and_messages_hide_every_secret() -> None:
     shown = sql_module.redact("postgresql+psycopg://alice:pw1@db/graph?sslpassword=pw2&sslmode=require")
     assert shown == "postgresql+psycopg://alice@db/graph?sslmode=require&sslpassword=hidden"
+    # a password holding '@' and '/': SQLAlchemy alone would parse the password 'p', the host 'ss'
+    # and show "@ss/w0rd"; the URL is masked before it is parsed
+    assert sql_module.redact("postgresql+psycopg://bob:p@ss/w0rd@db/graph") == "postgresql+psycopg://bob@db/graph"
+    with pytest.raises(ValueError, match=r"data\.url holds a password \(postgresql\+psycopg://bob@db/graph\)") as info:
+        DataConfig(source="sql", url="postgresql+psycopg://bob:p@ss/w0rd@db/graph", entities_table="e",
+                   relations_table="r")
+    assert "w0rd" not in str(info.value)
     # a driver message quoting the password (as a DSN echoed back would) is scrubbed
     assert sql_module._scrub("bad dsn 'password=pw1 host=db'\ndetail", "pw1") == "bad dsn 'password=*** host=db'"
 

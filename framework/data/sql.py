@@ -50,7 +50,7 @@ from graphveil.data.graph import RelationalGraph
 from graphveil.data.parquet import edge_columns
 from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
 from graphveil.errors import ConfigError, DataError
-from graphveil.redaction import is_secret_key
+from graphveil.redaction import is_secret_key, mask_secrets
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Connection, Engine
@@ -88,10 +88,14 @@ def sqlalchemy() -> Any:
 
 
 def redact(url: URL | str) -> str:
-    """The URL as it may be printed: no password, secret query keys (``?password=``) hidden."""
+    """The URL as it may be printed: no password, secret query keys (``?password=``) hidden.
+
+    A URL given as text is masked (:func:`~graphveil.redaction.mask_secrets`) before SQLAlchemy
+    parses it: ``bob:p@ss/w0rd@db`` (a password holding ``@`` and ``/``) parses as the password
+    ``p`` and the host ``ss``, and rendering that would show ``@ss/w0rd``."""
     from sqlalchemy.engine import make_url
 
-    url = make_url(url)
+    url = make_url(mask_secrets(url) if isinstance(url, str) else url)
     hidden = {k: "hidden" for k in url.query if is_secret_key(k)}
     return url._replace(password=None).update_query_dict(hidden).render_as_string()
 
@@ -112,7 +116,7 @@ def check_url(url: str, key: str = "data.url") -> str:
     if parsed.password is not None or secrets:
         where = "a password" if parsed.password is not None else f"the secret parameter {secrets[0]!r}"
         raise ConfigError(
-            f"{key} holds {where} ({redact(parsed)}): credentials never go in the run config; remove it "
+            f"{key} holds {where} ({redact(url)}): credentials never go in the run config; remove it "
             f"and give the password with data.password_env (the name of an environment variable "
             f"holding it) or data.password_file (a file holding only the password), or for PostgreSQL "
             f"with libpq's PGPASSWORD / PGPASSFILE"

@@ -518,9 +518,26 @@ MUTANTS: tuple[Mutant, ...] = (
           "    if False:  # MUTANT\n"),),
     ),
     Mutant(
-        "mlflow-url-passwords", "the MLflow plugin's masking of passwords inside URLs",
+        "mlflow-url-passwords", "the masking of a URL's password (MLflow params, database URLs in messages)",
+        (("framework/redaction.py", "    if end >= 0:\n", "    if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "redact-password-separators", "a URL password holding '@' or '/' masked up to the URL's last '@' "
+        "(bob:p@ss/w0rd@db showed @ss/w0rd)",
         (("framework/redaction.py",
-          '    return URL_PASSWORD.sub(lambda m: f"{m[\'head\']}{REDACTED}@", text)\n',
+          '    return rest.rfind("@") if has_password else -1\n',
+          '    return rest.find("@") if has_password else -1  # MUTANT\n'),),
+    ),
+    Mutant(
+        "redact-url-query", "the masking of secret URL query parameters (?password=, ?sslpassword=, ?token=)",
+        (("framework/redaction.py",
+          '    return f"{key}={REDACTED}" if eq and is_secret_key(unquote_plus(key)) else piece\n',
+          "    return piece  # MUTANT\n"),),
+    ),
+    Mutant(
+        "redact-libpq", "the masking of secret pairs of a libpq connection string (host=db password=…)",
+        (("framework/redaction.py",
+          '    return KEY_VALUE.sub(lambda m: f"{m[\'key\']}{m[\'eq\']}{REDACTED}" if is_secret_key(m["key"]) else m[0], text)\n',
           "    return text  # MUTANT\n"),),
     ),
     Mutant(
@@ -584,8 +601,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "secret-suffix", "secret names that end in a secret word (libpq's sslpassword)",
         (("framework/redaction.py",
-          "            or any(w.endswith(SECRET_SUFFIXES) for w in words)\n",
-          "            or False  # MUTANT\n"),),
+          "    return word in SECRET_WORDS or word.endswith(SECRET_SUFFIXES)\n",
+          "    return word in SECRET_WORDS  # MUTANT\n"),),
+    ),
+    Mutant(
+        "secret-file-suffix", "secret names of a password file (passwordfile, PGPASSFILE)",
+        (("framework/redaction.py",
+          "        word = word.removesuffix(FILE_SUFFIX)  # where a secret is kept: passwordfile, pgpassfile\n",
+          "        pass  # MUTANT\n"),),
     ),
     Mutant(
         "prepared-checksum", "the prepared cache file's checksum (a corrupt file is used)",
