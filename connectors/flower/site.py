@@ -154,7 +154,7 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, config: Ru
     if site.prepared_cache_dir is not None and hasattr(session, "prepared_cache"):
         from graphveil.prepared_cache import PreparedCache
 
-        session.prepared_cache = PreparedCache(site.prepared_cache_dir)
+        session.prepared_cache = PreparedCache.for_site(site.prepared_cache_dir, site.ledger)
     session.prepare()
     stage.lap("setup")
     sigma, delta = float(session.noise_multiplier), float(session.delta)

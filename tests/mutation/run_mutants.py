@@ -613,14 +613,21 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "prepared-checksum", "the prepared cache file's checksum (a corrupt file is used)",
         (("framework/prepared_cache.py",
-          "    if hashlib.sha256(payload).hexdigest() != digest:\n",
-          "    if False:  # MUTANT\n"),),
+          "        if not hmac.compare_digest(self._digest(key, payload).encode(\"ascii\"), digest):\n",
+          "        if False:  # MUTANT\n"),),
     ),
     Mutant(
         "prepared-file-key", "the key stored in a prepared cache file (another key's file is used)",
         (("framework/prepared_cache.py",
-          "    if not isinstance(saved, dict) or saved.get(\"key\") != key:\n",
-          "    if not isinstance(saved, dict):  # MUTANT\n"),),
+          "        if not isinstance(saved, dict) or saved.get(\"key\") != key:\n",
+          "        if not isinstance(saved, dict):  # MUTANT\n"),),
+    ),
+    Mutant(
+        "prepared-site-key", "the site key in the prepared cache's checksum (a file rewritten in place with "
+        "its plain SHA-256 recomputed loads as a hit)",
+        (("framework/prepared_cache.py",
+          "        return keyed_digest(self._site_key, key.encode(\"utf-8\"), payload)\n",
+          "        return hashlib.sha256(payload).hexdigest()  # MUTANT\n"),),
     ),
     Mutant(
         "prepared-states-check", "the check of loaded frozen states (non-finite or misshapen states are used)",
