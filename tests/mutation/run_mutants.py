@@ -450,6 +450,53 @@ MUTANTS: tuple[Mutant, ...] = (
           "    if False:  # MUTANT\n"),),
     ),
     Mutant(
+        "gateway-body-limit", "the Fleet gateway's refusal of a declared body over the limit (a 400 MB "
+        "unauthenticated POST was read and forwarded)",
+        (("connectors/flower/gateway.py",
+          "        if declared is not None and declared > self.limits.max_body:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "gateway-chunked-limit", "the Fleet gateway's count of a chunked body against the limit",
+        (("connectors/flower/gateway.py",
+          "                    if len(body) + len(event.data) > self.limits.max_body:  # a chunked body\n",
+          "                    if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "gateway-header-timeout", "the Fleet gateway's header timeout (a half-open connection stays open)",
+        (("connectors/flower/gateway.py",
+          "                    async with asyncio.timeout(self.limits.header_timeout):\n"
+          "                        request = await self._event(conn, reader)\n",
+          "                    async with asyncio.timeout(None):  # MUTANT\n"
+          "                        request = await self._event(conn, reader)\n"),
+         ("connectors/flower/gateway.py",
+          "                async with asyncio.timeout(self.limits.header_timeout):\n"
+          "                    transport = await loop.start_tls(",
+          "                async with asyncio.timeout(None):  # MUTANT\n"
+          "                    transport = await loop.start_tls("),
+         ("connectors/flower/gateway.py",
+          "ssl_handshake_timeout=self.limits.header_timeout)\n", "ssl_handshake_timeout=None)  # MUTANT\n")),
+    ),
+    Mutant(
+        "gateway-body-timeout", "the Fleet gateway's body timeout (a body sent a byte at a time holds the "
+        "connection)",
+        (("connectors/flower/gateway.py",
+          "            async with asyncio.timeout(self.limits.body_timeout):\n",
+          "            async with asyncio.timeout(None):  # MUTANT\n"),),
+    ),
+    Mutant(
+        "gateway-connection-cap", "the Fleet gateway's connection cap",
+        (("connectors/flower/gateway.py",
+          "        if self.stats.active >= self.limits.max_connections:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "gateway-buffer-budget", "the Fleet gateway's bound on bodies held at once over all connections",
+        (("connectors/flower/gateway.py",
+          "        if self.stats.reserved + reserve > self.limits.max_buffered:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
         "sql-url-password", "the refusal of a database URL holding a password (it would reach "
         "config.resolved.yaml and the logs)",
         (("framework/data/sql.py",
