@@ -20,7 +20,7 @@ What may go in it, and why it leaks nothing new:
 * keys are digests of everything the piece is a function of (the encoder computes them: the
   texts and the tokenizer's whole pipeline — so a hit needs no tokenizing — the frozen weights,
   the layer split, dtype, library versions), so a changed graph, tokenizer, model or option is a
-  miss, never a stale hit; the key is stored in the file too.
+  miss, never a stale hit; the key is in the file's HMAC (and, for the reader, in the file).
 
 Timing is the one thing it changes that the server can observe: a miss makes that round slower
 (the frozen states are computed), so the duration of a run's first round tells the server
@@ -105,6 +105,8 @@ class PreparedCache:
             return None
 
     def _digest(self, key: str, payload: bytes) -> str:
+        """The file's HMAC: the key it is saved under (another key's file, renamed, is refused)
+        and the payload."""
         return keyed_digest(self._site_key, key.encode("utf-8"), payload)
 
     def path(self, key: str) -> Path:
@@ -198,9 +200,7 @@ class PreparedCache:
             saved = torch.load(io.BytesIO(payload), weights_only=True)
         except Exception as exc:  # a payload torch cannot read despite its HMAC (a bug, not an attack)
             raise ValueError(f"unreadable payload ({type(exc).__name__})") from exc
-        if not isinstance(saved, dict) or saved.get("key") != key:
-            raise ValueError("saved under another key")
-        tensors = saved.get("tensors")
+        tensors = saved.get("tensors") if isinstance(saved, dict) else None  # saved["key"] is in the HMAC
         if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
             raise ValueError("no tensors")
         return tensors

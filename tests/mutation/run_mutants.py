@@ -664,10 +664,10 @@ MUTANTS: tuple[Mutant, ...] = (
           "        if False:  # MUTANT\n"),),
     ),
     Mutant(
-        "prepared-file-key", "the key stored in a prepared cache file (another key's file is used)",
+        "prepared-file-key", "the key in a prepared cache file's HMAC (another key's file is used)",
         (("framework/prepared_cache.py",
-          "        if not isinstance(saved, dict) or saved.get(\"key\") != key:\n",
-          "        if not isinstance(saved, dict):  # MUTANT\n"),),
+          "        return keyed_digest(self._site_key, key.encode(\"utf-8\"), payload)\n",
+          "        return keyed_digest(self._site_key, payload)  # MUTANT\n"),),
     ),
     Mutant(
         "prepared-site-key", "the site key in the prepared cache's checksum (a file rewritten in place with "
