@@ -326,9 +326,41 @@ class SweepConfig(_Strict):
         "Seeds; each sets the sampling seed, the model initialisation and the split key."))
 
 
+def check_run_name(name: str) -> str:
+    """``name`` if it can name a folder inside ``runs/`` and nothing else: one path component,
+    no separator (``/``, ``\\``), no ``..``, no leading ``.`` (hidden or relative), no control
+    character, at most :data:`MAX_RUN_NAME` characters; else ``ValueError`` saying which rule.
+
+    >>> check_run_name("cora-eps4")
+    'cora-eps4'
+    >>> check_run_name("../../../x")
+    Traceback (most recent call last):
+    ValueError: not a plain folder name: holds '/' or '\\'
+    """
+    if not name.strip():
+        problem = "empty"
+    elif "/" in name or "\\" in name:
+        problem = "holds '/' or '\\'"
+    elif ".." in name or name.startswith("."):
+        problem = "holds '..' or starts with '.'"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in name):
+        problem = "holds a control character (NUL, newline, …)"
+    elif len(name) > MAX_RUN_NAME:
+        problem = f"longer than {MAX_RUN_NAME} characters"
+    else:
+        return name
+    raise ValueError(f"not a plain folder name: {problem}")
+
+
+#: Longest run name: the folder ``<name>-<timestamp>.partial`` stays within a 255-byte file name.
+MAX_RUN_NAME = 200
+
+
 class RunConfig(_Strict):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)  # as DataConfig's: no secret echoed
-    name: str = Field("run", description="Run name, used in the default output directory.")
+    name: str = Field("run", description=(
+        "Run name, used in the default output directory runs/<name>-<timestamp>: one folder name "
+        "(no '/', '\\', '..', leading '.' or control characters)."))
     seed: int | None = Field(None, description=(
         "Seed of the SAMPLING generator only (Poisson batches, negatives; never the DP noise). "
         "None (default): fresh OS entropy, not written anywhere. A fixed seed makes the batches "
@@ -357,6 +389,11 @@ class RunConfig(_Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     sweep: SweepConfig | None = Field(None, description=(
         "Run the config once per (target ε, seed) and print mean ± 95 % CI per ε."))
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        return check_run_name(v)
 
     @model_validator(mode="after")
     def _one_model(self) -> RunConfig:

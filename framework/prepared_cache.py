@@ -20,7 +20,7 @@ What may go in it, and why it leaks nothing new:
 * keys are digests of everything the piece is a function of (the encoder computes them: the
   texts and the tokenizer's whole pipeline — so a hit needs no tokenizing — the frozen weights,
   the layer split, dtype, library versions), so a changed graph, tokenizer, model or option is a
-  miss, never a stale hit; the key is stored in the file too.
+  miss, never a stale hit; the key is in the file's HMAC (and, for the reader, in the file).
 
 Timing is the one thing it changes that the server can observe: a miss makes that round slower
 (the frozen states are computed), so the duration of a run's first round tells the server
@@ -34,16 +34,26 @@ every round's spend happen on the ledger exactly as without a cache (a round tha
 frozen states from here still reads the ledger first). Restoring an old copy of this folder
 (or deleting it) can only cause misses or hits of identical content; it cannot change any ε.
 
-Files are written atomically (a temporary file in the same folder, fsync, rename) with a
-SHA-256 of the payload in a header; a file that is truncated, corrupt, of another format or
-for another key is refused (logged, removed) and the piece is recomputed. At most
-:attr:`PreparedCache.keep` files are kept (least recently used go first), so a server that
-varies the task's encoder options cannot fill the site's disk.
+Files are written atomically (a temporary file in the same folder, fsync, rename) with an
+HMAC-SHA256 of the key and payload in a header, under the site's secret key
+(:mod:`graphveil.site_key`, ``<ledger>.key`` beside the ledger, never in the cache folder); a
+file that is truncated, corrupt, of another format, for another key, or written by anyone
+without the site key (tensors rewritten in place, the header recomputed as a plain SHA-256 or
+under another key) is refused before it is unpickled (logged, removed) and the piece is
+recomputed: a planted file changes nothing that is loaded. At most :attr:`PreparedCache.keep`
+files are kept (least recently used go first), so a server that varies the task's encoder
+options cannot fill the site's disk.
+
+Who uses it: only a federated site (:meth:`PreparedCache.for_site`, from its node config).
+There is no unkeyed cache: a local ``graphveil run`` is one process, keeps its prepared pieces
+in memory and uses no cache folder; a site without a key yet (``graphveil budget init`` creates
+it) runs without the cache (logged), computing its states every round.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import logging
 import os
@@ -53,10 +63,13 @@ from pathlib import Path
 
 import torch
 
+from graphveil.site_key import KEY_BYTES, SiteKeyError, key_path_for, keyed_digest, load_site_key
+
 log = logging.getLogger(__name__)
 
-#: First line of every cache file (format and version); the payload's SHA-256 follows it.
-MAGIC = b"graphveil-prepared-v1\n"
+#: First line of every cache file (format and version); the HMAC of key and payload follows it.
+#: v1 files (a plain SHA-256, which anyone can recompute) are refused as of another version.
+MAGIC = b"graphveil-prepared-v2\n"
 SUFFIX = ".prepared"
 #: Files kept per folder by default (one per distinct key; each can be tens of MB).
 DEFAULT_KEEP = 4
@@ -66,15 +79,35 @@ class PreparedCache:
     """A folder of ``<sha256(key)>.prepared`` files, each a mapping of named tensors.
 
     :param directory: the folder (created on the first save, mode ``0700``).
+    :param key: the site's secret key (:func:`graphveil.site_key.load_site_key`): files are
+        signed with it and a file not signed with it is refused.
     :param keep: at most this many files are kept; the least recently used are removed.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], keep: int = DEFAULT_KEEP) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, key: bytes, keep: int = DEFAULT_KEEP) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
+        if len(key) < KEY_BYTES:
+            raise ValueError(f"the cache key must have at least {KEY_BYTES} bytes, got {len(key)}")
         self.directory = Path(directory)
+        self._site_key = key
         self.keep = keep
         self.hits = self.misses = 0
+
+    @classmethod
+    def for_site(cls, directory: str | os.PathLike[str], ledger: str | os.PathLike[str]) -> PreparedCache | None:
+        """The site's cache in ``directory``, keyed with the site key beside ``ledger``; ``None``
+        (no cache this round, logged with the reason) when that key is missing or unusable."""
+        try:
+            return cls(directory, key=load_site_key(key_path_for(ledger)))
+        except SiteKeyError as exc:
+            log.warning("prepared cache off: %s", exc)
+            return None
+
+    def _digest(self, key: str, payload: bytes) -> str:
+        """The file's HMAC: the key it is saved under (another key's file, renamed, is refused)
+        and the payload."""
+        return keyed_digest(self._site_key, key.encode("utf-8"), payload)
 
     def path(self, key: str) -> Path:
         return self.directory / (hashlib.sha256(key.encode("utf-8")).hexdigest() + SUFFIX)
@@ -97,7 +130,7 @@ class PreparedCache:
             self.misses += 1
             return None
         try:
-            tensors = _decode(raw, key)
+            tensors = self._decode(raw, key)
             if check is not None:
                 check(tensors)
         except ValueError as exc:
@@ -120,7 +153,7 @@ class PreparedCache:
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=SUFFIX)  # mode 0600
         try:
             with os.fdopen(fd, "wb") as fh:
-                fh.write(MAGIC + hashlib.sha256(payload).hexdigest().encode("ascii") + b"\n" + payload)
+                fh.write(MAGIC + self._digest(key, payload).encode("ascii") + b"\n" + payload)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
@@ -152,24 +185,22 @@ class PreparedCache:
         for old in files[self.keep - 1:]:
             old.unlink(missing_ok=True)
 
-
-def _decode(raw: bytes, key: str) -> dict[str, torch.Tensor]:
-    """The tensors of a cache file's bytes; ``ValueError`` naming what is wrong."""
-    if not raw.startswith(MAGIC):
-        raise ValueError("not a GraphVeil prepared-cache file of this version")
-    header_end = raw.find(b"\n", len(MAGIC))
-    if header_end < 0:
-        raise ValueError("truncated header")
-    digest, payload = raw[len(MAGIC):header_end].decode("ascii", "replace"), raw[header_end + 1:]
-    if hashlib.sha256(payload).hexdigest() != digest:
-        raise ValueError("checksum mismatch (truncated or corrupt)")
-    try:
-        saved = torch.load(io.BytesIO(payload), weights_only=True)
-    except Exception as exc:  # a payload torch cannot read despite its checksum
-        raise ValueError(f"unreadable payload ({type(exc).__name__})") from exc
-    if not isinstance(saved, dict) or saved.get("key") != key:
-        raise ValueError("saved under another key")
-    tensors = saved.get("tensors")
-    if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
-        raise ValueError("no tensors")
-    return tensors
+    def _decode(self, raw: bytes, key: str) -> dict[str, torch.Tensor]:
+        """The tensors of a cache file's bytes; ``ValueError`` naming what is wrong. The HMAC
+        is checked before anything is unpickled: no file the site did not write reaches torch."""
+        if not raw.startswith(MAGIC):
+            raise ValueError("not a GraphVeil prepared-cache file of this version")
+        header_end = raw.find(b"\n", len(MAGIC))
+        if header_end < 0:
+            raise ValueError("truncated header")
+        digest, payload = raw[len(MAGIC):header_end], raw[header_end + 1:]
+        if not hmac.compare_digest(self._digest(key, payload).encode("ascii"), digest):
+            raise ValueError("not signed with this site's key (truncated, corrupt, rewritten or planted)")
+        try:
+            saved = torch.load(io.BytesIO(payload), weights_only=True)
+        except Exception as exc:  # a payload torch cannot read despite its HMAC (a bug, not an attack)
+            raise ValueError(f"unreadable payload ({type(exc).__name__})") from exc
+        tensors = saved.get("tensors") if isinstance(saved, dict) else None  # saved["key"] is in the HMAC
+        if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
+            raise ValueError("no tensors")
+        return tensors

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,27 @@ def test_data_column_keys_apply_to_table_sources_only(tmp_path: Path) -> None:
     # even edge_list's default value is refused: an option of another source is a mistake
     with pytest.raises(ConfigError, match=r"data\.id_col applies only to sources 'edge_list', 'parquet', 'sql'"):
         load_config(write(tmp_path, GOOD), ["data.id_col=id"])
+
+
+@pytest.mark.parametrize("name", ["../../../x", "a/b", "a\\b", "..", ".hidden", "x\x00y", "line\nbreak", "",
+                                  "a" * 201])
+def test_a_run_name_is_one_plain_folder_name(tmp_path: Path, name: str) -> None:
+    cfg = write(tmp_path, GOOD.replace("\nname: t\n", f"\nname: {json.dumps(name)}\n"))
+    with pytest.raises(ConfigError, match=r"run\.yaml: name: not a plain folder name: .* \(got ") as info:
+        load_config(cfg)
+    assert repr(name) in str(info.value)
+    assert load_config(cfg, ["name=cora-eps4.run_2"]).name == "cora-eps4.run_2"
+
+
+def test_set_name_with_a_path_writes_nothing_outside_runs(tmp_path: Path, monkeypatch, capsys) -> None:
+    from graphveil.apps.cli import main
+
+    work = tmp_path / "a" / "b" / "c"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    cfg = write(work, GOOD)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    assert main(["run", str(cfg), "--set", "name=../../../x", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "name: not a plain folder name: holds '/' or '\\' (got '../../../x')" in err
+    assert sorted(p for p in tmp_path.rglob("*")) == before  # no runs/, no x-<time>.partial anywhere

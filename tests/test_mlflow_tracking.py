@@ -249,3 +249,21 @@ def test_the_plugin_is_registered_through_the_entry_point_group() -> None:
     (ep,) = [ep for ep in entry_points(group="graphveil") if ep.name == "mlflow"]
     assert ep.value == "graphveil.plugins.mlflow_tracking"
     assert PluginHost().pm.get_plugin("mlflow") is tracking
+
+
+def test_every_leak_of_issue_25_is_redacted() -> None:
+    """URLs with '@' or '/' in the password, secret query parameters, libpq strings, and the
+    secret names that were not secret (passwordfile, pgpass, db_pw, authorization, cookie, token)."""
+    secret = "p@ss/w0rd"
+    config = {"data": {"url": f"postgresql://bob:{secret}@db/graph",
+                       "mirror": f"postgresql://bob@db/graph?password={secret}&sslmode=require",
+                       "dsn": f"host=db password='{secret}' user=bob"},
+              "passwordfile": secret, "pgpass": secret, "db_pw": secret, "authorization": secret,
+              "cookie": secret, "token": secret, "tokenizer": "bert-base"}
+    flat = flatten(redact(config))
+    assert not [k for k, v in flat.items() if "w0rd" in str(v) or "p@ss" in str(v)], flat
+    assert flat == {"data.url": "postgresql://bob:***@db/graph",
+                    "data.mirror": "postgresql://bob@db/graph?password=***&sslmode=require",
+                    "data.dsn": "host=db password=*** user=bob", "passwordfile": "***", "pgpass": "***",
+                    "db_pw": "***", "authorization": "***", "cookie": "***", "token": "***",
+                    "tokenizer": "bert-base"}

@@ -8,6 +8,8 @@ with a warm cache as without one.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from graphveil.plugins import hf_common
 from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
 from graphveil.prepared_cache import MAGIC, PreparedCache
 
+#: A site key for the file-store tests (a site's own comes from graphveil.site_key).
+SITE_KEY = bytes(range(32))
 TEXTS = ["graph neural networks for citation data", "privacy of relational learning",
          "a survey of text encoders", "differential privacy with sampling"]
 
@@ -42,7 +46,7 @@ def _prepared(cache: PreparedCache | None, graph: RelationalGraph | None = None,
 
 
 def test_store_roundtrip_atomic_private_files(tmp_path: Path) -> None:
-    store = PreparedCache(tmp_path / "c")
+    store = PreparedCache(tmp_path / "c", key=SITE_KEY)
     assert store.load("k") is None and store.misses == 1
     path = store.save("k", {"a": torch.arange(6.0).reshape(2, 3)})
     assert torch.equal(store.load("k")["a"], torch.arange(6.0).reshape(2, 3)) and store.hits == 1
@@ -52,7 +56,7 @@ def test_store_roundtrip_atomic_private_files(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "foreign", "empty", "checked"])
 def test_damaged_or_foreign_file_is_refused_and_removed(tmp_path: Path, damage: str) -> None:
-    store = PreparedCache(tmp_path)
+    store = PreparedCache(tmp_path, key=SITE_KEY)
     path = store.save("k", {"a": torch.ones(100)})
     raw = path.read_bytes()
     check = None
@@ -74,7 +78,7 @@ def test_damaged_or_foreign_file_is_refused_and_removed(tmp_path: Path, damage: 
 
 
 def test_store_keeps_at_most_keep_files_least_recently_used_first(tmp_path: Path) -> None:
-    store = PreparedCache(tmp_path, keep=2)
+    store = PreparedCache(tmp_path, key=SITE_KEY, keep=2)
     for i, key in enumerate(("a", "b")):
         store.save(key, {"x": torch.zeros(1)})
         os.utime(store.path(key), (1000 + i, 1000 + i))
@@ -82,14 +86,14 @@ def test_store_keeps_at_most_keep_files_least_recently_used_first(tmp_path: Path
     store.save("c", {"x": torch.zeros(1)})
     assert store.path("a").exists() and store.path("c").exists() and not store.path("b").exists()
     with pytest.raises(ValueError):
-        PreparedCache(tmp_path, keep=0)
+        PreparedCache(tmp_path, key=SITE_KEY, keep=0)
 
 
 # ------------------------------------------------------------------------------ the encoder's frozen states
 
 
 def test_hit_gives_exactly_the_computed_states(tmp_path: Path) -> None:
-    store = PreparedCache(tmp_path)
+    store = PreparedCache(tmp_path, key=SITE_KEY)
     first = _prepared(store)
     assert (store.hits, store.misses) == (0, 1) and len(list(tmp_path.iterdir())) == 1
     second = _prepared(store)
@@ -103,7 +107,7 @@ def test_hit_gives_exactly_the_computed_states(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("change", ["text", "weights", "max_length", "layers"])
 def test_changed_data_model_or_option_misses(tmp_path: Path, change: str) -> None:
-    store = PreparedCache(tmp_path)
+    store = PreparedCache(tmp_path, key=SITE_KEY)
     _prepared(store)
     graph, kw = _graph(), {}
     if change == "text":  # same token count: only the token ids differ
@@ -125,7 +129,7 @@ def test_changed_data_model_or_option_misses(tmp_path: Path, change: str) -> Non
 def test_hit_tokenizes_nothing_and_a_changed_tokenizer_misses(tmp_path: Path, monkeypatch) -> None:
     """The key holds the texts and the tokenizer's fingerprint, not its output: a hit skips
     tokenizing; a tokenizer that would cut or pad differently, or another vocabulary, misses."""
-    store = PreparedCache(tmp_path)
+    store = PreparedCache(tmp_path, key=SITE_KEY)
     plain = _prepared(store)
 
     def no_tokens(self, texts):
@@ -171,7 +175,7 @@ def test_frozen_head_keeps_its_text_embeddings_between_processes(tmp_path: Path,
         enc.prepare(_graph(texts))
         return enc
 
-    store = PreparedCache(tmp_path)
+    store = PreparedCache(tmp_path, key=SITE_KEY)
     plain = prepared(None).base_embeddings()
     assert torch.equal(prepared(store).base_embeddings(), plain) and (store.hits, store.misses) == (0, 1)
     with monkeypatch.context() as m:
@@ -187,7 +191,7 @@ def test_frozen_head_keeps_its_text_embeddings_between_processes(tmp_path: Path,
 
 
 def test_tampered_states_with_valid_checksum_are_refused_and_rebuilt(tmp_path: Path) -> None:
-    store = PreparedCache(tmp_path)
+    store = PreparedCache(tmp_path, key=SITE_KEY)
     enc = _prepared(store)
     key = enc.prepared_key(TEXTS)
     for bad in (enc._hidden[:2], enc._hidden.clone().fill_(float("nan")), enc._hidden.double()):
@@ -197,10 +201,61 @@ def test_tampered_states_with_valid_checksum_are_refused_and_rebuilt(tmp_path: P
         assert torch.equal(store.load(key)["hidden"], enc._hidden)  # the rebuilt file replaced it
 
 
+@pytest.mark.parametrize("forger", ["plain-sha256", "another-key", "version-1"])
+def test_a_file_rewritten_in_place_without_the_site_key_changes_nothing(tmp_path: Path, forger: str) -> None:
+    """Someone who can write the cache folder but lacks the site key rewrites the tensors of a
+    valid file (same key, shapes, dtypes, finite: the encoder's own checks pass) and recomputes
+    the header: the file is refused before it is unpickled, the states are recomputed, and the
+    file is replaced by the site's own."""
+    store = PreparedCache(tmp_path, key=SITE_KEY)
+    enc = _prepared(store)
+    key = enc.prepared_key(TEXTS)
+    (path,) = tmp_path.iterdir()
+    planted = {"hidden": enc._hidden + 1.0, "mask": enc._mask}
+    buffer = io.BytesIO()
+    torch.save({"key": key, "tensors": planted}, buffer)
+    payload = buffer.getvalue()
+    if forger == "plain-sha256":  # the checksum as it was: no key, so anyone can recompute it
+        path.write_bytes(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+    elif forger == "another-key":
+        PreparedCache(tmp_path, key=bytes(32)).save(key, planted)
+    else:  # a file of the unkeyed format
+        path.write_bytes(b"graphveil-prepared-v1\n" + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+    assert path.read_bytes().endswith(payload)  # the planted tensors are in the file
+    rebuilt = _prepared(store)
+    assert (store.hits, store.misses) == (0, 2)
+    plain = _prepared(None)
+    assert torch.equal(rebuilt._hidden, plain._hidden) and torch.equal(rebuilt._mask, plain._mask)
+    ids = torch.tensor([0, 1, 3])
+    assert torch.equal(rebuilt.embed(ids), plain.embed(ids))
+    assert torch.equal(store.load(key)["hidden"], plain._hidden)  # the site's own file replaced it
+
+
+def test_a_site_cache_is_keyed_with_the_site_key_or_off(tmp_path: Path, caplog) -> None:
+    from graphveil.site_key import create_site_key, key_path_for
+
+    ledger = tmp_path / "ledger.sqlite"
+    with caplog.at_level("WARNING", logger="graphveil.prepared_cache"):
+        assert PreparedCache.for_site(tmp_path / "cache", ledger) is None
+    assert "prepared cache off: " in caplog.text and "no site key" in caplog.text
+    key = create_site_key(key_path_for(ledger))
+    store = PreparedCache.for_site(tmp_path / "cache", ledger)
+    store.save("k", {"a": torch.ones(3)})
+    assert torch.equal(PreparedCache(tmp_path / "cache", key=key).load("k")["a"], torch.ones(3))
+    assert PreparedCache(tmp_path / "cache", key=bytes(32)).load("k") is None  # another site's key
+    key_path_for(ledger).chmod(0o644)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="graphveil.prepared_cache"):
+        assert PreparedCache.for_site(tmp_path / "cache", ledger) is None
+    assert "readable by others" in caplog.text
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        PreparedCache(tmp_path, key=b"short")
+
+
 def test_cache_file_holds_only_the_frozen_states(tmp_path: Path) -> None:
     """Nothing from training (adapter, noise, sampling) enters the cache: the file is the
     frozen states and mask only, and training does not change it."""
-    store = PreparedCache(tmp_path)
+    store = PreparedCache(tmp_path, key=SITE_KEY)
     enc = _prepared(store)
     (path,) = tmp_path.iterdir()
     before = path.read_bytes()
@@ -216,7 +271,7 @@ def test_cache_file_holds_only_the_frozen_states(tmp_path: Path) -> None:
 def test_unwritable_cache_folder_does_not_fail_the_preparation(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    enc = _prepared(PreparedCache(blocker / "cache"))
+    enc = _prepared(PreparedCache(blocker / "cache", key=SITE_KEY))
     assert torch.equal(enc._hidden, _prepared(None)._hidden)
 
 
@@ -241,6 +296,10 @@ def _site_rounds(tmp_path: Path, node: dict, rounds: range, caplog) -> list:
     task = FederationSettings.from_run_config(run).check_task()
     state = default_host().create("encoder", task.encoder.name, task.encoder.params, where="test").trainable_state()
     ctx = site_context(3, node, run)
+    from graphveil.site_key import create_site_key, key_path_for
+
+    if not key_path_for(node["ledger"]).exists():  # `graphveil budget init` creates it at a site
+        create_site_key(key_path_for(node["ledger"]))
     replies = []
     for server_round in rounds:
         hf_common._FROZEN_CACHE.clear()  # each round runs in a new process at a real site

@@ -7,6 +7,7 @@ import csv
 import json
 import logging
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -297,27 +298,98 @@ def test_errors_name_the_file_free_database_problems(sqlite_url: str, tmp_path: 
 # ------------------------------------------------------------------------------ read-only
 
 
+#: Quotes that a lexical check splits otherwise than the server: PostgreSQL's escape string
+#: E'\'' is one quote, a standard string '\' one backslash; each hides a second statement.
+SMUGGLED = [r"SELECT E'\'' AS a; DELETE FROM entities; --'", r"SELECT '\' AS a; DELETE FROM entities; --'"]
+
+
 @pytest.mark.parametrize("query, problem", [
     ("DELETE FROM entities", "only a SELECT query is run (read-only); got a DELETE statement"),
-    ("SELECT 1; DROP TABLE entities", "only one SELECT statement is run"),
+    ("SELECT 1; DROP TABLE entities", "only one SELECT statement is run; found 2 (SELECT, DROP)"),
+    ("SELECT 1; SELECT 2", "only one SELECT statement is run; found 2 (SELECT, SELECT)"),
+    (SMUGGLED[0], "only one SELECT statement is run; found 2 (SELECT, DELETE)"),
+    (SMUGGLED[1], "only one SELECT statement is run; found 2 (SELECT, DELETE)"),
     ("WITH d AS (DELETE FROM entities RETURNING *) SELECT * FROM d",
      "only a read-only SELECT query is run; DELETE would write"),
     ("SELECT * INTO copied FROM entities", "only a read-only SELECT query is run; INTO would write"),
+    ("SELECT * FROM entities FOR UPDATE", "only a read-only SELECT query is run; FOR UPDATE would lock rows"),
+    ("EXPLAIN ANALYZE DELETE FROM entities", "only a SELECT query is run (read-only); got an EXPLAIN statement"),
     ("  -- nothing\n", "empty query"),
-    ("SELECT 'unterminated", "unterminated '-quoted text"),
+    ("SELECT 'unterminated", "not a query GraphVeil can read (Error tokenizing"),
 ])
 def test_a_query_that_is_not_one_select_is_refused_before_connecting(query: str, problem: str) -> None:
     url = "postgresql+psycopg://nobody@127.0.0.1:1/none"  # never reached
-    with pytest.raises(ValueError, match=rf"data\.entities_query: {problem}".replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError, match=rf"data\.entities_query: {re.escape(problem)}"):
         DataConfig(source="sql", url=url, entities_query=query, relations_table="r")
 
 
 def test_quoted_words_comments_and_casts_are_no_writes() -> None:
     ok = ("SELECT \"delete\", 'drop; insert', $$update$$, x::text FROM t /* into */ -- set\n WHERE a = ';'",
           "with recursive r as (select 1) select * from r;  ",
-          "SELECT id, replace(body, 'a', 'b') AS text, comment, load FROM posts")  # function and column names
+          "SELECT id, replace(body, 'a', 'b') AS text, comment, load FROM posts",  # function and column names
+          "SELECT id, text FROM a UNION ALL SELECT id, text FROM b ORDER BY id")
     for query in ok:
-        assert sql_module.check_select(query, "q") == query
+        assert sql_module.check_select(query, "q", "postgres") == query
+    # each database's own quoting: in SQLite, E'\'' is the identifier E and one string to the last '
+    assert sql_module.check_select(SMUGGLED[0], "q", "sqlite") == SMUGGLED[0]
+    with pytest.raises(ConfigError, match="found 2"):
+        sql_module.check_select(SMUGGLED[1], "q", "sqlite")
+
+
+@pytest.mark.parametrize("query", SMUGGLED)
+def test_a_smuggled_second_statement_is_refused_as_the_server_would_split_it(
+        pg_env: PostgresServer, duckdb_url: str, query: str) -> None:
+    """The server itself reads these as two statements (its read-only transaction stops the
+    DELETE); the check, parsing in the server's dialect, refuses them before connecting."""
+    import psycopg
+
+    with psycopg.connect(pg_env.conninfo()) as conn:
+        conn.read_only = True  # psycopg begins each transaction READ ONLY
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction, match="DELETE"), conn.cursor() as cur:
+            cur.execute(query.encode())  # the simple query protocol: the server splits the statements
+    for url, options in ((pg_env.url(), {"password_env": PASSWORD_ENV}), (duckdb_url, {})):
+        with pytest.raises(ValueError, match=r"data\.entities_query: only one SELECT statement is run; "
+                                             r"found 2 \(SELECT, DELETE\)"):
+            sql(url, entities_query=query, **options)
+        with pytest.raises(ConfigError, match=r"^entities_query: only one SELECT"):  # the loader checks too
+            sql_module.load_sql(url, entities_query=query, relations_table="relations")
+        assert sql(url, **options).entity_ids == [e[0] for e in ENTITIES]  # nothing deleted
+
+
+@pytest.fixture
+def outside_csv(tmp_path: Path) -> Path:
+    path = tmp_path / "outside.csv"
+    path.write_text("id,text\nz,a row outside the database\n")
+    return path
+
+
+@pytest.mark.parametrize("source", ["read_text('/etc/passwd')", "read_csv('{csv}')", "'{csv}'",
+                                    "read_csv('https://example.invalid/graph.csv')"])
+def test_duckdb_reads_no_file_url_or_extension(duckdb_url: str, outside_csv: Path, source: str) -> None:
+    """A DuckDB query reads the database's own tables only: no file beside it (entity texts from
+    /etc/passwd), no URL (which would auto-install and load the httpfs extension)."""
+    columns = "filename AS id, content AS text" if "read_text" in source else "id, text"
+    query = f"SELECT {columns} FROM {source.format(csv=outside_csv)}"
+    with pytest.raises(DataError, match=r"^duckdb:///.*: Permission Error: .*disabled by configuration "
+                                        r"\(GraphVeil opens DuckDB with external access") as info:
+        sql(duckdb_url, entities_query=query)
+    assert "root:" not in str(info.value) and "a row outside" not in str(info.value)
+
+
+def test_duckdb_external_access_extensions_and_their_lock(duckdb_url: str) -> None:
+    engine = sql_module._engine(duckdb_url, None)
+    names = ("enable_external_access", "autoinstall_known_extensions", "autoload_known_extensions",
+             "lock_configuration")
+    with sql_module.read_only(engine) as conn:
+        values = conn.exec_driver_sql(f"SELECT {', '.join(f'current_setting({n!r})' for n in names)}").one()
+    assert dict(zip(names, values, strict=True)) == {
+        "enable_external_access": False, "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False, "lock_configuration": True}
+    for statement in ("SET enable_external_access = true", "SET autoinstall_known_extensions = true",
+                      "SET autoload_known_extensions = true", "SET lock_configuration = false"):
+        with pytest.raises(DataError, match="the configuration has been locked"), \
+                sql_module.read_only(sql_module._engine(duckdb_url, None)) as conn:
+            conn.exec_driver_sql(statement)
 
 
 @pytest.mark.parametrize("database", ["pg_env", "sqlite_url", "duckdb_url"])
@@ -387,6 +459,13 @@ def test_passwords_from_the_environment_a_file_or_libpq(pg: PostgresServer, tmp_
 def test_redacted_urls_and_messages_hide_every_secret() -> None:
     shown = sql_module.redact("postgresql+psycopg://alice:pw1@db/graph?sslpassword=pw2&sslmode=require")
     assert shown == "postgresql+psycopg://alice@db/graph?sslmode=require&sslpassword=hidden"
+    # a password holding '@' and '/': SQLAlchemy alone would parse the password 'p', the host 'ss'
+    # and show "@ss/w0rd"; the URL is masked before it is parsed
+    assert sql_module.redact("postgresql+psycopg://bob:p@ss/w0rd@db/graph") == "postgresql+psycopg://bob@db/graph"
+    with pytest.raises(ValueError, match=r"data\.url holds a password \(postgresql\+psycopg://bob@db/graph\)") as info:
+        DataConfig(source="sql", url="postgresql+psycopg://bob:p@ss/w0rd@db/graph", entities_table="e",
+                   relations_table="r")
+    assert "w0rd" not in str(info.value)
     # a driver message quoting the password (as a DSN echoed back would) is scrubbed
     assert sql_module._scrub("bad dsn 'password=pw1 host=db'\ndetail", "pw1") == "bad dsn 'password=*** host=db'"
 

@@ -28,6 +28,7 @@ from graphveil.connectors.flower.control import (
     wait_for_run,
     write_connection,
 )
+from graphveil.connectors.flower.gateway import add_limit_arguments
 from graphveil.connectors.flower.settings import SiteSettings
 from graphveil.errors import ConfigError
 
@@ -110,14 +111,24 @@ GATEWAY_MODULE = "graphveil.connectors.flower.gateway"
 
 
 def gateway_command(args: argparse.Namespace) -> list[str]:
-    """The Fleet gateway on the public address: forwards only ``/v1/fleet/*`` to the SuperLink."""
+    """The Fleet gateway on the public address: forwards only ``/v1/fleet/*`` to the SuperLink,
+    within the ``--gateway-*`` limits (body size, header and body timeouts, connections)."""
+    from graphveil.connectors.flower.gateway import limits_from
+
     host = f"[{args.control_host}]" if ":" in args.control_host else args.control_host
     if host in ("0.0.0.0", "[::]"):
         host = "127.0.0.1"
+    try:
+        limits = limits_from(args, "gateway-")
+    except ValueError as exc:
+        raise ConfigError(f"--gateway-*: {exc}") from None
     return [sys.executable, "-m", GATEWAY_MODULE, "--host", args.host, "--port", str(args.port),
             "--upstream", f"https://{host}:{args.control_port}",
             "--ca", existing_file(args.ca, "--ca"), "--cert", existing_file(args.cert, "--cert"),
-            "--key", existing_file(args.key, "--key")]
+            "--key", existing_file(args.key, "--key"),
+            "--max-body", str(limits.max_body), "--header-timeout", str(limits.header_timeout),
+            "--body-timeout", str(limits.body_timeout), "--max-connections", str(limits.max_connections),
+            "--max-buffered", str(limits.max_buffered)]
 
 
 def cmd_fed_server(args: argparse.Namespace) -> int:
@@ -196,6 +207,8 @@ def add_fed_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "proxy that forwards only POST /v1/fleet/*)")
     p.add_argument("--database", help="SuperLink state file (default: in memory)")
     p.add_argument("--dry-run", action="store_true", help="print the flower-superlink command, do not start it")
+    add_limit_arguments(p.add_argument_group("Fleet gateway limits (what an unauthenticated peer may hold)"),
+                        "gateway-")
     p.set_defaults(func=cmd_fed_server)
 
     p = fsub.add_parser("site", help="start this site's SuperNode with its checked node config")

@@ -163,7 +163,7 @@ def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, confi
     if site.prepared_cache_dir is not None and hasattr(session, "prepared_cache"):
         from graphveil.prepared_cache import PreparedCache
 
-        session.prepared_cache = PreparedCache(site.prepared_cache_dir)
+        session.prepared_cache = PreparedCache.for_site(site.prepared_cache_dir, site.ledger)
     # Edge level with the site's public size floor: the accountant is bound from public numbers
     # and the spend reserved BEFORE the graph is read, so no reply depends on the data except
     # through the DP update. Node level: the coupled accountant needs |Ē| and n (sizes public there).

@@ -18,17 +18,22 @@ int64 index pairs before the next is fetched, as the Parquet source does by reco
 table whose rows would not fit in memory as Python strings therefore still loads.
 
 Read-only: a query must be one ``SELECT`` (or ``WITH … SELECT``) statement, checked before
-anything connects; and everything runs in a read-only transaction where the database has one
-(PostgreSQL: SQLAlchemy's ``postgresql_readonly`` option, so each transaction begins ``READ
-ONLY``; SQLite's ``PRAGMA query_only``; DuckDB's ``read_only`` connection). The database's own permissions stay
-the real guard: give GraphVeil a role that may only read.
+anything connects by parsing it (sqlglot) in the database's own dialect, so that quotes, escapes
+and comments split statements as the server splits them; and everything runs in a read-only
+transaction where the database has one (PostgreSQL: SQLAlchemy's ``postgresql_readonly`` option,
+so each transaction begins ``READ ONLY``; SQLite's ``PRAGMA query_only``; DuckDB's ``read_only``
+connection). DuckDB is opened with external access, extension auto-install and auto-load off and
+its configuration locked (:data:`DUCKDB_CONFIG`): a query cannot read files or URLs
+(``read_text``, ``read_csv``) or install an extension. The database's own permissions stay the
+real guard: give GraphVeil a role that may only read.
 
 Credentials never sit in the run config: a URL holding a password is refused; the password comes
 from an environment variable (``password_env``), a file (``password_file``) or, for PostgreSQL,
 libpq's own ``PGPASSWORD`` / ``PGPASSFILE`` / ``~/.pgpass``. URLs in messages are rendered with
 the password hidden, and a message that would still hold the password has it replaced.
 
-SQLAlchemy is imported only here, when a database is read (``pip install graphveil[sql]``).
+SQLAlchemy and sqlglot are imported only here, when a database is read or a query checked
+(``pip install graphveil[sql]``).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from graphveil.data.graph import RelationalGraph
 from graphveil.data.parquet import edge_columns
 from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
 from graphveil.errors import ConfigError, DataError
-from graphveil.redaction import is_secret_key
+from graphveil.redaction import is_secret_key, mask_secrets
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Connection, Engine
@@ -55,11 +60,19 @@ log = logging.getLogger(__name__)
 #: Rows fetched at a time: bounds the rows held as Python objects at once.
 CHUNK_ROWS = 65_536
 INSTALL_HINT = "pip install graphveil[sql]"
-#: Words that make a SELECT or WITH statement write (``WITH d AS (DELETE …) SELECT``, ``SELECT …
-#: INTO new_table``); a statement starting with any other word is refused anyway. Function names
-#: that share a word with a statement (``replace()``) and plausible column names stay allowed.
-_WRITE_WORDS = {"insert", "update", "delete", "merge", "into", "create", "drop", "alter", "truncate",
-                "grant", "revoke", "pragma", "attach", "detach", "vacuum"}
+#: SQLAlchemy backend name -> sqlglot dialect, where they differ (others: the same name, if
+#: sqlglot knows it, else sqlglot's generic SQL).
+_DIALECTS = {"postgresql": "postgres", "mssql": "tsql"}
+#: DuckDB reads files, URLs and extensions from inside a SELECT (``read_text('/etc/passwd')``,
+#: ``read_csv('https://…')`` auto-installing httpfs): a connection may read the database's own
+#: tables only, and the locked configuration keeps a query from turning any of this back on.
+DUCKDB_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
+                 "autoload_known_extensions": False, "lock_configuration": True}
+#: sqlglot expressions that write, lock or change the session, anywhere in a query
+#: (``WITH d AS (DELETE …) SELECT``, ``SELECT … INTO new_table``, ``SELECT … FOR UPDATE``).
+_WRITE_NODES = ("DML", "DDL", "Into", "Drop", "Alter", "TruncateTable", "Command", "Lock", "Set",
+                "Pragma", "Attach", "Detach", "Grant", "Revoke", "Transaction", "Commit", "Rollback",
+                "Use", "Install", "Export", "LoadData", "Kill")
 
 
 def sqlalchemy() -> Any:
@@ -75,10 +88,14 @@ def sqlalchemy() -> Any:
 
 
 def redact(url: URL | str) -> str:
-    """The URL as it may be printed: no password, secret query keys (``?password=``) hidden."""
+    """The URL as it may be printed: no password, secret query keys (``?password=``) hidden.
+
+    A URL given as text is masked (:func:`~graphveil.redaction.mask_secrets`) before SQLAlchemy
+    parses it: ``bob:p@ss/w0rd@db`` (a password holding ``@`` and ``/``) parses as the password
+    ``p`` and the host ``ss``, and rendering that would show ``@ss/w0rd``."""
     from sqlalchemy.engine import make_url
 
-    url = make_url(url)
+    url = make_url(mask_secrets(url) if isinstance(url, str) else url)
     hidden = {k: "hidden" for k in url.query if is_secret_key(k)}
     return url._replace(password=None).update_query_dict(hidden).render_as_string()
 
@@ -99,7 +116,7 @@ def check_url(url: str, key: str = "data.url") -> str:
     if parsed.password is not None or secrets:
         where = "a password" if parsed.password is not None else f"the secret parameter {secrets[0]!r}"
         raise ConfigError(
-            f"{key} holds {where} ({redact(parsed)}): credentials never go in the run config; remove it "
+            f"{key} holds {where} ({redact(url)}): credentials never go in the run config; remove it "
             f"and give the password with data.password_env (the name of an environment variable "
             f"holding it) or data.password_file (a file holding only the password), or for PostgreSQL "
             f"with libpq's PGPASSWORD / PGPASSFILE"
@@ -107,60 +124,74 @@ def check_url(url: str, key: str = "data.url") -> str:
     return url
 
 
-def _words(sql: str, key: str) -> tuple[list[str], bool]:
-    """The bare words of ``sql`` outside quotes and comments, and whether a ``;`` is followed
-    by another statement. Quoted identifiers and string literals are skipped whole."""
-    words: list[str] = []
-    i, n, ended = 0, len(sql), False
-    while i < n:
-        c = sql[i]
-        if c in "'\"`":
-            close = sql.find(c, i + 1)
-            while close != -1 and close + 1 < n and sql[close + 1] == c:  # '' escapes a quote
-                close = sql.find(c, close + 2)
-            if close == -1:
-                raise ConfigError(f"{key}: unterminated {c}-quoted text")
-            i = close + 1
-        elif sql.startswith("--", i):
-            i = n if (end := sql.find("\n", i)) == -1 else end + 1
-        elif sql.startswith("/*", i):
-            end = sql.find("*/", i + 2)
-            if end == -1:
-                raise ConfigError(f"{key}: unterminated /* comment")
-            i = end + 2
-        elif sql.startswith("$", i) and (m := re.match(r"\$([A-Za-z_]\w*)?\$", sql[i:])):
-            end = sql.find(m.group(0), i + len(m.group(0)))  # PostgreSQL dollar quoting
-            if end == -1:
-                raise ConfigError(f"{key}: unterminated {m.group(0)}-quoted text")
-            i = end + len(m.group(0))
-        elif c == ";":
-            ended = True
-            i += 1
-        elif c.isalpha() or c == "_":
-            m = re.match(r"\w+", sql[i:])
-            if ended:
-                return words, True
-            words.append(m.group(0).lower())
-            i += len(m.group(0))
-        else:
-            if ended and not c.isspace():
-                return words, True
-            i += 1
-    return words, False
+def sql_dialect(url: str) -> str | None:
+    """sqlglot's dialect for the database at ``url`` (``None``: sqlglot's generic SQL)."""
+    from sqlalchemy.engine import make_url
+
+    backend = make_url(url).get_backend_name()
+    return _DIALECTS.get(backend, backend if backend in _sqlglot().Dialect.classes else None)
 
 
-def check_select(sql: str, key: str) -> str:
-    """Refuse anything but one read-only ``SELECT`` (or ``WITH … SELECT``) statement."""
-    words, more = _words(sql, key)
-    if not words:
+def _sqlglot() -> Any:
+    try:
+        import sqlglot
+    except ImportError:  # pragma: no cover - the sql and test extras install it
+        raise ConfigError(f"data.source 'sql' needs sqlglot to check queries: {INSTALL_HINT}") from None
+    return sqlglot
+
+
+def _label(node: Any) -> str:
+    """How a statement or clause is named in messages (``DELETE``, ``EXPLAIN``, ``FOR UPDATE``)."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Command):
+        return str(node.this).upper()
+    if isinstance(node, exp.Lock):
+        return "FOR UPDATE" if node.args.get("update") else "FOR SHARE"
+    return {"truncatetable": "TRUNCATE", "setoperation": "SELECT"}.get(node.key, node.key.upper())
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[:1] in 'AEIOU' else 'a'} {word}"
+
+
+def check_select(sql: str, key: str, dialect: str | None = None) -> str:
+    """Refuse anything but one read-only ``SELECT`` (or ``WITH … SELECT``, ``UNION`` …) statement.
+
+    The query is parsed by sqlglot in the database's own ``dialect`` (:func:`sql_dialect`), so
+    string literals, escapes (PostgreSQL's ``E'\\''``), dollar quoting and comments split
+    statements as the server splits them: exactly one statement, a query, and no clause of it
+    that writes or locks (``WITH d AS (DELETE …)``, ``SELECT … INTO``, ``FOR UPDATE``). The
+    read-only transaction of :func:`read_only` stays behind it.
+    """
+    sqlglot = _sqlglot()
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+
+    quiet = logging.getLogger("sqlglot")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # not "falling back to parsing as a Command": refused below
+    try:
+        parsed = sqlglot.parse(sql, dialect=dialect)
+    except SqlglotError as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{key}: not a query GraphVeil can read ({detail})") from None
+    finally:
+        quiet.setLevel(level)
+    statements = [s for s in parsed if s is not None and not isinstance(s, exp.Semicolon)]
+    if not statements:
         raise ConfigError(f"{key}: empty query")
-    if words[0] not in ("select", "with"):
-        raise ConfigError(f"{key}: only a SELECT query is run (read-only); got a {words[0].upper()} statement")
-    if more:
-        raise ConfigError(f"{key}: only one SELECT statement is run; remove what follows the ';'")
-    writes = sorted(set(words) & _WRITE_WORDS)
+    if len(statements) > 1:
+        raise ConfigError(f"{key}: only one SELECT statement is run; found {len(statements)} "
+                          f"({', '.join(_label(s) for s in statements)})")
+    (statement,) = statements
+    if not isinstance(statement, exp.Query):
+        raise ConfigError(f"{key}: only a SELECT query is run (read-only); got {_a(_label(statement))} statement")
+    kinds = tuple(getattr(exp, name) for name in _WRITE_NODES)
+    writes = [node for node in statement.walk() if isinstance(node, kinds)]
     if writes:
-        raise ConfigError(f"{key}: only a read-only SELECT query is run; {writes[0].upper()} would write")
+        what = "would lock rows" if isinstance(writes[0], exp.Lock) else "would write"
+        raise ConfigError(f"{key}: only a read-only SELECT query is run; {_label(writes[0])} {what}")
     return sql
 
 
@@ -209,8 +240,10 @@ def _engine(url_text: str, password: str | None) -> Engine:
     if password is not None:
         url = url.set(password=password)
     connect_args: dict[str, Any] = {}
-    if url.get_backend_name() == "duckdb" and url.database not in (None, "", ":memory:"):
-        connect_args["read_only"] = True
+    if url.get_backend_name() == "duckdb":
+        connect_args["config"] = dict(DUCKDB_CONFIG)
+        if url.database not in (None, "", ":memory:"):
+            connect_args["read_only"] = True
     try:
         engine = sa.create_engine(url, poolclass=NullPool, connect_args=connect_args)
     except (NoSuchModuleError, ImportError) as exc:
@@ -236,8 +269,11 @@ def read_only(engine: Engine, password: str | None = None) -> Iterator[Connectio
             with conn.begin():
                 yield conn
     except (SQLAlchemyError, engine.dialect.loaded_dbapi.Error) as exc:  # rows come from the DB-API cursor
-        detail = str(getattr(exc, "orig", None) or exc)
-        raise DataError(f"{where}: {_scrub(detail, password)}") from None
+        detail = _scrub(str(getattr(exc, "orig", None) or exc), password)
+        if engine.dialect.name == "duckdb" and "disabled by configuration" in detail:
+            detail += (" (GraphVeil opens DuckDB with external access, extension install and load off: "
+                       "a query reads the database's own tables only)")
+        raise DataError(f"{where}: {detail}") from None
     finally:
         engine.dispose()
 
@@ -411,7 +447,7 @@ def load_sql(
         if (table is None) == (query is None):
             raise ConfigError(f"give one of {option_prefix}{what}_table and {option_prefix}{what}_query")
         if query is not None:
-            check_select(query, f"{option_prefix}{what}_query")
+            check_select(query, f"{option_prefix}{what}_query", sql_dialect(url))
     password = read_password(password_env, None if password_file is None else Path(password_file))
     engine = _engine(url, password)
     log.info("reading the graph from %s", redact(engine.url))

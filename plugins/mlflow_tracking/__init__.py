@@ -41,7 +41,7 @@ import yaml
 
 from graphveil.hookspecs import hookimpl
 from graphveil.outputs import RunDirectory
-from graphveil.plugins.mlflow_tracking.redact import flatten, mask_urls, redact
+from graphveil.plugins.mlflow_tracking.redact import flatten, mask_secrets, redact
 
 SWITCH = "GRAPHVEIL_MLFLOW"
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
@@ -82,7 +82,7 @@ class Tracker:
             if isinstance(exc, ImportError) and exc.name == "mlflow":
                 reason = f"{SWITCH} is set but mlflow is not installed: pip install 'graphveil[mlflow]'"
             else:
-                reason = f"{type(exc).__name__}: {mask_urls(str(exc)).splitlines()[0] if str(exc) else ''}"
+                reason = f"{type(exc).__name__}: {mask_secrets(str(exc)).splitlines()[0] if str(exc) else ''}"
             warnings.warn(f"MLflow tracking is off for the rest of this process ({reason})",
                           TrackingWarning, stacklevel=2)
 

@@ -188,7 +188,7 @@ class SqlOptions(_Options):
 
     @model_validator(mode="after")
     def _sql(self) -> SqlOptions:
-        from graphveil.data.sql import check_select, check_url
+        from graphveil.data.sql import check_select, check_url, sql_dialect
 
         if self.password_env is not None and self.password_file is not None:
             raise ValueError("give one of data.password_env and data.password_file, not both")
@@ -199,7 +199,7 @@ class SqlOptions(_Options):
                 if (table is None) == (query is None):
                     raise ValueError(f"give one of data.{what}_table and data.{what}_query")
                 if query is not None:
-                    check_select(query, f"data.{what}_query")
+                    check_select(query, f"data.{what}_query", sql_dialect(self.url))
         except ConfigError as exc:  # pydantic reports ValueErrors only
             raise ValueError(str(exc)) from None
         return _check_columns(self)

@@ -464,10 +464,62 @@ MUTANTS: tuple[Mutant, ...] = (
           "        accountant.step(noise_multiplier=self.sigma, num_steps=1)  # MUTANT\n"),),
     ),
     Mutant(
+        "run-name-check", "the refusal of a run name that is not one folder name (--set name=../../../x "
+        "writes outside runs/)",
+        (("framework/config.py", "        return check_run_name(v)\n", "        return v  # MUTANT\n"),),
+    ),
+    Mutant(
         "sweep-resume-config", "the refusal to resume a sweep cell run with another config",
         (("framework/runner.py",
           "    if saved != wanted:\n",
           "    if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "gateway-body-limit", "the Fleet gateway's refusal of a declared body over the limit (a 400 MB "
+        "unauthenticated POST was read and forwarded)",
+        (("connectors/flower/gateway.py",
+          "        if declared is not None and declared > self.limits.max_body:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "gateway-chunked-limit", "the Fleet gateway's count of a chunked body against the limit",
+        (("connectors/flower/gateway.py",
+          "                    if len(body) + len(event.data) > self.limits.max_body:  # a chunked body\n",
+          "                    if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "gateway-header-timeout", "the Fleet gateway's header timeout (a half-open connection stays open)",
+        (("connectors/flower/gateway.py",
+          "                    async with asyncio.timeout(self.limits.header_timeout):\n"
+          "                        request = await self._event(conn, reader)\n",
+          "                    async with asyncio.timeout(None):  # MUTANT\n"
+          "                        request = await self._event(conn, reader)\n"),
+         ("connectors/flower/gateway.py",
+          "                async with asyncio.timeout(self.limits.header_timeout):\n"
+          "                    transport = await loop.start_tls(",
+          "                async with asyncio.timeout(None):  # MUTANT\n"
+          "                    transport = await loop.start_tls("),
+         ("connectors/flower/gateway.py",
+          "ssl_handshake_timeout=self.limits.header_timeout)\n", "ssl_handshake_timeout=None)  # MUTANT\n")),
+    ),
+    Mutant(
+        "gateway-body-timeout", "the Fleet gateway's body timeout (a body sent a byte at a time holds the "
+        "connection)",
+        (("connectors/flower/gateway.py",
+          "            async with asyncio.timeout(self.limits.body_timeout):\n",
+          "            async with asyncio.timeout(None):  # MUTANT\n"),),
+    ),
+    Mutant(
+        "gateway-connection-cap", "the Fleet gateway's connection cap",
+        (("connectors/flower/gateway.py",
+          "        if self.stats.active >= self.limits.max_connections:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "gateway-buffer-budget", "the Fleet gateway's bound on bodies held at once over all connections",
+        (("connectors/flower/gateway.py",
+          "        if self.stats.reserved + reserve > self.limits.max_buffered:\n",
+          "        if False:  # MUTANT\n"),),
     ),
     Mutant(
         "sql-url-password", "the refusal of a database URL holding a password (it would reach "
@@ -489,10 +541,35 @@ MUTANTS: tuple[Mutant, ...] = (
           "    return message  # MUTANT\n"),),
     ),
     Mutant(
-        "sql-write-words", "the refusal of a query whose words write (WITH … DELETE, SELECT … INTO)",
+        "sql-write-words", "the refusal of a query with a clause that writes (WITH … DELETE, SELECT … INTO)",
         (("framework/data/sql.py",
-          "    writes = sorted(set(words) & _WRITE_WORDS)\n",
+          "    writes = [node for node in statement.walk() if isinstance(node, kinds)]\n",
           "    writes = []  # MUTANT\n"),),
+    ),
+    Mutant(
+        "sql-one-statement", "the one-statement check (only the first statement of a query is checked)",
+        (("framework/data/sql.py", "    if len(statements) > 1:\n", "    if False:  # MUTANT\n"),
+         ("framework/data/sql.py", "    (statement,) = statements\n", "    statement = statements[0]  # MUTANT\n")),
+    ),
+    Mutant(
+        "sql-dialect", "parsing a query in its database's dialect (sqlglot's generic SQL splits quotes "
+        "otherwise than PostgreSQL or SQLite)",
+        (("framework/data/sql.py",
+          "        parsed = sqlglot.parse(sql, dialect=dialect)\n",
+          "        parsed = sqlglot.parse(sql, dialect=None)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "duckdb-external-access", "DuckDB's external access off (a query reads /etc/passwd, files and URLs)",
+        (("framework/data/sql.py",
+          'DUCKDB_CONFIG = {"enable_external_access": False,',
+          'DUCKDB_CONFIG = {"enable_external_access": True,  # MUTANT\n'
+          '                 '),),
+    ),
+    Mutant(
+        "duckdb-config", "DuckDB's locked configuration (external access, extension install and load)",
+        (("framework/data/sql.py",
+          '        connect_args["config"] = dict(DUCKDB_CONFIG)\n',
+          "        pass  # MUTANT\n"),),
     ),
     Mutant(
         "sql-readonly-postgres", "PostgreSQL's read-only transaction",
@@ -513,9 +590,26 @@ MUTANTS: tuple[Mutant, ...] = (
           "    if False:  # MUTANT\n"),),
     ),
     Mutant(
-        "mlflow-url-passwords", "the MLflow plugin's masking of passwords inside URLs",
+        "mlflow-url-passwords", "the masking of a URL's password (MLflow params, database URLs in messages)",
+        (("framework/redaction.py", "    if end >= 0:\n", "    if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "redact-password-separators", "a URL password holding '@' or '/' masked up to the URL's last '@' "
+        "(bob:p@ss/w0rd@db showed @ss/w0rd)",
         (("framework/redaction.py",
-          '    return URL_PASSWORD.sub(lambda m: f"{m[\'head\']}{REDACTED}@", text)\n',
+          '    return rest.rfind("@") if has_password else -1\n',
+          '    return rest.find("@") if has_password else -1  # MUTANT\n'),),
+    ),
+    Mutant(
+        "redact-url-query", "the masking of secret URL query parameters (?password=, ?sslpassword=, ?token=)",
+        (("framework/redaction.py",
+          '    return f"{key}={REDACTED}" if eq and is_secret_key(unquote_plus(key)) else piece\n',
+          "    return piece  # MUTANT\n"),),
+    ),
+    Mutant(
+        "redact-libpq", "the masking of secret pairs of a libpq connection string (host=db password=…)",
+        (("framework/redaction.py",
+          '    return KEY_VALUE.sub(lambda m: f"{m[\'key\']}{m[\'eq\']}{REDACTED}" if is_secret_key(m["key"]) else m[0], text)\n',
           "    return text  # MUTANT\n"),),
     ),
     Mutant(
@@ -579,20 +673,33 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "secret-suffix", "secret names that end in a secret word (libpq's sslpassword)",
         (("framework/redaction.py",
-          "            or any(w.endswith(SECRET_SUFFIXES) for w in words)\n",
-          "            or False  # MUTANT\n"),),
+          "    return word in SECRET_WORDS or word.endswith(SECRET_SUFFIXES)\n",
+          "    return word in SECRET_WORDS  # MUTANT\n"),),
+    ),
+    Mutant(
+        "secret-file-suffix", "secret names of a password file (passwordfile, PGPASSFILE)",
+        (("framework/redaction.py",
+          "        word = word.removesuffix(FILE_SUFFIX)  # where a secret is kept: passwordfile, pgpassfile\n",
+          "        pass  # MUTANT\n"),),
     ),
     Mutant(
         "prepared-checksum", "the prepared cache file's checksum (a corrupt file is used)",
         (("framework/prepared_cache.py",
-          "    if hashlib.sha256(payload).hexdigest() != digest:\n",
-          "    if False:  # MUTANT\n"),),
+          "        if not hmac.compare_digest(self._digest(key, payload).encode(\"ascii\"), digest):\n",
+          "        if False:  # MUTANT\n"),),
     ),
     Mutant(
-        "prepared-file-key", "the key stored in a prepared cache file (another key's file is used)",
+        "prepared-file-key", "the key in a prepared cache file's HMAC (another key's file is used)",
         (("framework/prepared_cache.py",
-          "    if not isinstance(saved, dict) or saved.get(\"key\") != key:\n",
-          "    if not isinstance(saved, dict):  # MUTANT\n"),),
+          "        return keyed_digest(self._site_key, key.encode(\"utf-8\"), payload)\n",
+          "        return keyed_digest(self._site_key, payload)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "prepared-site-key", "the site key in the prepared cache's checksum (a file rewritten in place with "
+        "its plain SHA-256 recomputed loads as a hit)",
+        (("framework/prepared_cache.py",
+          "        return keyed_digest(self._site_key, key.encode(\"utf-8\"), payload)\n",
+          "        return hashlib.sha256(payload).hexdigest()  # MUTANT\n"),),
     ),
     Mutant(
         "prepared-states-check", "the check of loaded frozen states (non-finite or misshapen states are used)",
