@@ -8,6 +8,7 @@ aggregation over trained replies only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from test_fed_support import (
     FakeSession,
     LocalGrid,
     dp_accounting_epsilon,
+    init_site_ledger,
     site_context,
 )
 
@@ -30,7 +32,7 @@ from graphveil.connectors.flower.settings import FederationSettings
 from graphveil.connectors.flower.site import handle_train
 from graphveil.connectors.flower.strategy import SiteRounds, make_strategy
 from graphveil.errors import DataError
-from graphveil.ledger import PrivacyLedger
+from graphveil.ledger import PrivacyLedger, WitnessHead
 
 RATE, DELTA, SIGMA = 0.02, 1e-5, 1.0
 
@@ -48,10 +50,19 @@ def node_config(tmp_path: Path, name: str = "bank-a", budget: float = 5.0, **ext
     folder.mkdir(exist_ok=True)
     (folder / "edges.tsv").write_text("source\ttarget\n")
     (folder / "entities.jsonl").write_text("")
-    return {"site-name": name, "data-path": str(folder / "edges.tsv"),
-            "data-entities": str(folder / "entities.jsonl"), "epsilon-budget": budget,
-            "ledger": str(folder / "ledger.sqlite"), "seed": 7, **SITE_POLICY,
-            "share-epsilon": True, "share-utility-metrics": True, **extra}
+    cfg = {"site-name": name, "data-path": str(folder / "edges.tsv"),
+           "data-entities": str(folder / "entities.jsonl"), "epsilon-budget": budget,
+           "ledger": str(folder / "ledger.sqlite"), "seed": 7, **SITE_POLICY,
+           "share-epsilon": True, "share-utility-metrics": True, **extra}
+    if not Path(cfg["ledger"]).exists():  # the site's operator ran `graphveil budget init` once
+        init_site_ledger(cfg)
+    return cfg
+
+
+def ledger_rows(cfg: dict) -> list[str]:
+    """The kinds of the site's ledger rows (``bind`` of the site name at init, then its spends)."""
+    with PrivacyLedger(cfg["ledger"]) as ledger:
+        return [row["kind"] for row in ledger.events()]
 
 
 def global_state() -> dict[str, torch.Tensor]:
@@ -79,7 +90,11 @@ def test_trained_reply_carries_only_the_adapter_and_scalars(tmp_path: Path) -> N
     assert metrics["num-steps"] == 3 and "tuples-used" not in metrics
     assert metrics["epsilon"] == pytest.approx(dp_accounting_epsilon([(SIGMA, RATE, 3)], DELTA), rel=1e-9)
     assert metrics["epsilon-budget"] == 5.0 and metrics["delta"] == DELTA and metrics["mrr"] == 0.5
-    assert dict(reply.config_records[records.SITE]) == {"site-name": "bank-a", "status": records.TRAINED}
+    site = dict(reply.config_records[records.SITE])
+    with PrivacyLedger(ctx.node_config["ledger"]) as ledger:  # one round closed: released
+        assert ledger.witness_head().seq == 1
+        assert site == {"site-name": "bank-a", "status": records.TRAINED, "ledger-seq": 1,
+                        "ledger-head": ledger.witness_head().head, "ledger-previous": ledger.genesis()}
     # the session the site built was told only about its own data, with a per-round seed, and
     # keeps its records in the site's ledger
     (session,) = FakeSession.instances
@@ -96,7 +111,7 @@ def test_spend_accumulates_in_the_ledger_across_rounds_and_matches_the_accountan
     eps2 = second.metric_records[records.METRICS]["epsilon"]
     assert eps2 == pytest.approx(dp_accounting_epsilon([(SIGMA, RATE, 7)], DELTA), rel=1e-9)
     assert eps2 > first.metric_records[records.METRICS]["epsilon"]
-    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+    with PrivacyLedger(cfg["ledger"]) as ledger:
         assert [(e.status, e.round, e.steps) for e in ledger.entries()] == [("released", 1, 3), ("released", 2, 4)]
         assert ledger.spent_epsilon() == pytest.approx(eps2)
     # seeds differ between rounds (no repeated noise)
@@ -143,7 +158,7 @@ def test_site_refuses_a_round_past_its_budget_and_says_why(tmp_path: Path) -> No
     refused_session = FakeSession.instances[-1]
     for name, value in refused_session.trainable_state().items():  # never loaded, never trained
         torch.testing.assert_close(value, FakeEncoder(seed=refused_session.config.seed).trainable_state()[name])
-    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+    with PrivacyLedger(cfg["ledger"]) as ledger:
         assert [e.status for e in ledger.entries()] == ["released", "refused"]
     # 2 more steps still fit
     ok = handle_train(train_content(3, 2), ctx, session_factory=FakeSession)
@@ -174,7 +189,7 @@ def test_a_failure_leaks_no_data_and_the_reserved_spend_still_counts(tmp_path: P
     assert "patient-0042" not in json.dumps(records.describe_content(reply))
     assert site["reason"] == "DataError while training; details are in the site's log"
     assert records.ARRAYS not in reply
-    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+    with PrivacyLedger(cfg["ledger"]) as ledger:
         (entry,) = ledger.entries()
         assert entry.status == "withheld" and entry.steps == 3  # reserved before training: counted
 
@@ -192,7 +207,8 @@ def test_bad_node_config_and_low_sigma(tmp_path: Path) -> None:
     assert reply.config_records[records.SITE]["status"] == records.REFUSED
     assert "min-noise-multiplier" in reply.config_records[records.SITE]["reason"]
     assert len(FakeSession.instances) == n  # refused before the session (and the data)
-    assert not Path(cfg["ledger"]).exists()
+    assert ledger_rows(cfg) == ["bind"]  # only init's binding of the site name: nothing reserved
+    assert records.LEDGER_SEQ not in reply.config_records[records.SITE]  # refused before opening it
 
 
 # ---------------------------------------------------------------------------------------- server
@@ -203,11 +219,19 @@ def _reply(node: int, content: RecordDict) -> Message:
     return Message(content, reply_to=Message(RecordDict(), node, "train"))
 
 
-def _trained(node: int, name: str, value: float, steps: int = 3) -> Message:
+def _head(seq: int, tag: str = "") -> WitnessHead:
+    """A witness head as a site's ledger would send it (distinct hex per (seq, tag))."""
+    def digest(n: int) -> str:
+        return hashlib.sha256(f"{tag}:{n}".encode()).hexdigest()
+
+    return WitnessHead(seq, digest(seq), digest(seq - 1) if seq else None)
+
+
+def _trained(node: int, name: str, value: float, steps: int = 3, head: WitnessHead | None = None) -> Message:
     state = {"w": torch.full((2, 2), value)}
     metrics = {"num-steps": steps, "epsilon": 1.0, "delta": DELTA, "epsilon-budget": 4.0,
                "noise-multiplier": SIGMA, "mrr": 0.3, "prec1": 0.2}
-    return _reply(node, records.trained_content(name, state, metrics))
+    return _reply(node, records.trained_content(name, state, metrics, ledger_head=head or _head(1, name)))
 
 
 def test_strategy_aggregates_trained_replies_only_and_logs_each_site(tmp_path: Path) -> None:
@@ -341,7 +365,7 @@ def test_the_site_owns_delta(tmp_path: Path) -> None:
                          session_factory=FakeSession)
     assert reply.config_records[records.SITE]["status"] == records.REFUSED
     assert "task.privacy.delta" in reply.config_records[records.SITE]["reason"]
-    assert not Path(node_config(tmp_path)["ledger"]).exists()
+    assert ledger_rows(node_config(tmp_path)) == ["bind"]  # nothing reserved
     reply = handle_train(train_content(), site_context(11, node_config(tmp_path, delta=1e-6), RUN_CONFIG),
                          session_factory=FakeSession)
     assert reply.metric_records[records.METRICS]["delta"] == 1e-6
@@ -362,7 +386,7 @@ def test_a_ledger_from_another_mechanism_is_a_refusal_that_names_no_numbers(tmp_
     site = reply.config_records[records.SITE]
     assert site["status"] == records.REFUSED and "ledger" in site["reason"]
     assert "test_other_mechanism" not in site["reason"]  # details stay in the site's log
-    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+    with PrivacyLedger(cfg["ledger"]) as ledger:
         assert [e.status for e in ledger.entries()] == ["released"]
 
 
@@ -394,14 +418,14 @@ def test_malformed_arrays_from_the_server_are_refused_before_any_spend(tmp_path:
     cfg = node_config(tmp_path)
     ctx = site_context(11, cfg, RUN_CONFIG)
     handle_train(train_content(1, 3), ctx, session_factory=FakeSession)
-    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+    with PrivacyLedger(cfg["ledger"]) as ledger:
         before = (ledger.spent_epsilon(), [(e.status, e.round) for e in ledger.entries()])
     for server_round in (2, 3):  # two bad rounds: still no spend (was ε 1.29 with nothing released)
         reply = handle_train(train_content(server_round, 3, state=_malformed(kind)), ctx, session_factory=FakeSession)
         site = reply.config_records[records.SITE]
         assert site["status"] == records.REFUSED and repr(key) in site["reason"], site["reason"]
         assert "malformed arrays" in site["reason"] and records.ARRAYS not in reply
-    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+    with PrivacyLedger(cfg["ledger"]) as ledger:
         assert (ledger.spent_epsilon(), [(e.status, e.round) for e in ledger.entries()]) == before
 
 

@@ -20,7 +20,10 @@ One train message = one round at the site (:func:`handle_train`):
    ``(r-1)·local_steps …``, though the session (and the optimizer's state) is new each round;
 5. tell lifecycle plugins at the site (``graphveil_run_end`` with ``run_dir=None``, the report
    naming the site and round), then reply with the updated adapter and scalars (:mod:`.records`)
-   — nothing else leaves.
+   — nothing else leaves but the ledger's witness head: every reply sent after the ledger was
+   opened (trained, refused or failed) carries it, for the server's witness
+   (:mod:`graphveil.ledger_witness`); a reply refused before (node config, policy) carries none,
+   as the site has not touched its ledger for that round.
 
 Errors are logged at the site in full; the server only learns which stage failed, because an
 exception text may quote the data (a malformed record, an entity id). Each trained round logs
@@ -51,7 +54,7 @@ from graphveil.connectors.flower.settings import (
     site_run_config,
 )
 from graphveil.errors import PrivacyError
-from graphveil.ledger import BudgetExhaustedError, PrivacyLedger
+from graphveil.ledger import BudgetExhaustedError, PrivacyLedger, WitnessHead
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +107,7 @@ def handle_train(content: RecordDict, context: Context, *,
     site_name = str(context.node_config.get("site-name", "?"))
     stage = _Stage()
     site: SiteSettings | None = None
+    head: WitnessHead | None = None  # every reply after the ledger is opened carries its head
     try:
         stage.now = "reading the node config"
         site = SiteSettings.from_mapping(context.node_config, "SuperNode node config")
@@ -122,16 +126,19 @@ def handle_train(content: RecordDict, context: Context, *,
             raise _Refusal(records.REFUSED, f"site policy: {exc}") from exc
         stage.now = "opening the privacy ledger"
         with PrivacyLedger(site.ledger, anchor=site.ledger_anchor) as ledger:
-            return _round(content, context, site, config, ledger, server_round, local_steps,
-                          session_factory, stage)
+            try:
+                return _round(content, context, site, config, ledger, server_round, local_steps,
+                              session_factory, stage)
+            finally:  # for a refusal or failure: the head after its refuse / withhold row
+                head = ledger.witness_head()
     except _Refusal as refusal:
         log.warning("site %s refuses round: %s", site_name, refusal.reason)
         reason, metrics = refusal.public(site)
-        return records.refused_content(site_name, refusal.status, reason, metrics)
+        return records.refused_content(site_name, refusal.status, reason, metrics, ledger_head=head)
     except Exception as exc:
         log.error("site %s failed while %s:\n%s", site_name, stage.now, traceback.format_exc())
         reason = f"{type(exc).__name__} while {stage.now}; details are in the site's log"
-        return records.refused_content(site_name, records.FAILED, reason, {})
+        return records.refused_content(site_name, records.FAILED, reason, {}, ledger_head=head)
 
 
 def _round(content: RecordDict, context: Context, site: SiteSettings, config: RunConfig,
@@ -222,7 +229,8 @@ def _round(content: RecordDict, context: Context, site: SiteSettings, config: Ru
              site.site_name, server_round, stage.started, time.time(),
              ", ".join(f"{k} {v:.3f} s" for k, v in stage.seconds.items()), time.process_time() - stage.cpu,
              "off" if cache is None else f"{cache.hits} hit(s), {cache.misses} miss(es)")
-    return records.trained_content(site.site_name, session.trainable_state(), metrics)
+    return records.trained_content(site.site_name, session.trainable_state(), metrics,
+                                   ledger_head=ledger.witness_head())  # after the release
 
 
 def _report_round_end(session: Any, site: SiteSettings, config: RunConfig, *, server_round: int,
