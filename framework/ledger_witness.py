@@ -243,7 +243,7 @@ def _check_head(seq: Any, head: Any, where: str) -> None:
 def _rule_problem(site: str, state: _Site, seq: int, head: str) -> str | None:
     """The two rules: the sequence number never decreases; one head per sequence number."""
     if seq < state.last:
-        return (f"site {site!r}'s ledger went backwards: checkpoint {seq} after {state.last} was "
+        return (f"the ledger of site {site!r} went backwards: checkpoint {seq} after {state.last} was "
                 "witnessed (a ledger rolled back, restored from a backup or replaced)")
     return _fork(site, state, seq, head)
 
@@ -251,6 +251,6 @@ def _rule_problem(site: str, state: _Site, seq: int, head: str) -> str | None:
 def _fork(site: str, state: _Site, seq: int, head: str) -> str | None:
     known = state.heads.get(seq)
     if known is not None and known != head:
-        return (f"site {site!r}'s ledger forked: checkpoint {seq} has head {head[:16]}…, the witness saw "
+        return (f"the ledger of site {site!r} forked: checkpoint {seq} has head {head[:16]}…, the witness saw "
                 f"{known[:16]}… (its history was rewritten or replaced)")
     return None

@@ -211,6 +211,72 @@ def test_bad_node_config_and_low_sigma(tmp_path: Path) -> None:
     assert records.LEDGER_SEQ not in reply.config_records[records.SITE]  # refused before opening it
 
 
+def test_every_reply_after_the_ledger_opened_carries_its_witness_head_and_the_server_checks_it(
+        tmp_path: Path) -> None:
+    """Trained, failed and refused replies carry (ledger-seq, ledger-head, ledger-previous): the
+    sequence number advances by one per round the ledger closed and each previous head is the
+    last reply's head. The server's witness accepts them; after the site restores a backup of its
+    ledger, its next trained reply goes backwards and is not aggregated."""
+    import shutil
+
+    from graphveil.ledger_witness import Witness
+
+    cfg = node_config(tmp_path, budget=dp_accounting_epsilon([(SIGMA, RATE, 9)], DELTA) * (1 + 1e-9))
+    ctx = site_context(11, cfg, RUN_CONFIG)
+    replies = [handle_train(train_content(1, 3), ctx, session_factory=FakeSession)]
+    shutil.copy(cfg["ledger"], tmp_path / "backup.sqlite")
+    replies += [handle_train(train_content(2, 3), ctx, session_factory=_LeakySession),  # withheld: failed
+                handle_train(train_content(3, 3), ctx, session_factory=FakeSession),
+                handle_train(train_content(4, 3), ctx, session_factory=FakeSession),  # past the budget
+                handle_train(train_content(5, 3, state=_malformed("nan")), ctx, session_factory=FakeSession)]
+    sites = [dict(r.config_records[records.SITE]) for r in replies]
+    assert [s["status"] for s in sites] == ["trained", "failed", "trained", "refused", "refused"]
+    assert [s[records.LEDGER_SEQ] for s in sites] == [1, 2, 3, 4, 4]  # malformed arrays: refused, no row
+    with PrivacyLedger(cfg["ledger"]) as ledger:
+        assert sites[0][records.LEDGER_PREVIOUS] == ledger.genesis()
+        assert sites[-1][records.LEDGER_HEAD] == ledger.witness_head().head == ledger.head()[1]
+    for before, after in zip(sites[:3], sites[1:4], strict=True):
+        assert after[records.LEDGER_PREVIOUS] == before[records.LEDGER_HEAD] != after[records.LEDGER_HEAD]
+    assert sites[4][records.LEDGER_HEAD] == sites[3][records.LEDGER_HEAD]
+
+    rounds: list[dict] = []
+    witness = Witness(tmp_path / "server" / "ledger-witness.jsonl")
+    strategy = SiteRounds(make_strategy("fedavg", min_sites=1, fraction_train=1.0), local_steps=3,
+                          on_round_end=lambda r, rec: rounds.append(rec), witness=witness)
+    for server_round, reply in enumerate(replies, start=1):
+        strategy.aggregate_train(server_round, [_reply(11, reply)])
+    assert [s.get("witness") for r in rounds for s in r["sites"]] == [None] * 5
+    assert [(o.seq, o.head) for o in witness.observations("bank-a")] == [
+        (s[records.LEDGER_SEQ], s[records.LEDGER_HEAD]) for s in sites[:4]]
+    # the operator restores the backup taken after round 1; round 6 trains on it
+    shutil.copy(tmp_path / "backup.sqlite", cfg["ledger"])
+    restored = handle_train(train_content(6, 3), ctx, session_factory=FakeSession)
+    assert restored.config_records[records.SITE]["status"] == records.TRAINED  # the site cannot tell
+    assert restored.config_records[records.SITE][records.LEDGER_SEQ] == 2
+    arrays, metrics = strategy.aggregate_train(6, [_reply(11, restored)])
+    (entry,) = rounds[-1]["sites"]
+    assert arrays is None and metrics["sites-trained"] == 0 and not rounds[-1]["aggregated"]
+    assert entry["status"] == records.FAILED and "went backwards: checkpoint 2 after 4" in entry["witness"]
+    assert entry["reason"].startswith("rejected reply: the ledger of site 'bank-a' went backwards")
+    json.dumps(rounds)  # the round log stays writable
+
+
+def test_a_trained_reply_without_a_ledger_head_is_not_aggregated() -> None:
+    rounds: list[dict] = []
+    strategy = SiteRounds(make_strategy("fedavg", min_sites=1, fraction_train=1.0), local_steps=3,
+                          on_round_end=lambda r, rec: rounds.append(rec))
+    bare = _trained(1, "a", 1.0)
+    for key in records.LEDGER_KEYS:
+        del bare.content[records.SITE][key]
+    bad = _trained(2, "b", 1.0)
+    bad.content[records.SITE][records.LEDGER_HEAD] = "not a hash"
+    arrays, _ = strategy.aggregate_train(1, [bare, bad, _trained(3, "c", 3.0)])
+    np.testing.assert_allclose(arrays["w"].numpy(), np.full((2, 2), 3.0))  # c only
+    status = {s["site"]: (s["status"], s["reason"]) for s in rounds[0]["sites"]}
+    assert status["a"][0] == status["b"][0] == records.FAILED and "no valid ledger head" in status["a"][1]
+    assert "malformed: ledger-head 'not a hash'" in next(s for s in rounds[0]["sites"] if s["site"] == "b")["ledger"]
+
+
 # ---------------------------------------------------------------------------------------- server
 
 
@@ -318,6 +384,16 @@ def test_server_loop_in_process_survives_a_refusal_and_a_dropout(tmp_path: Path)
                         {"a": "trained", "b": "failed", "c": "refused"}]
     assert summary["rounds"] == 3 and summary["rounds-aggregated"] == 3
     assert summary["sites"]["c"]["epsilon"] == pytest.approx(budget_c)
+    # the witness, kept beside the run folders: each site's checkpoints as its replies carried them
+    # (c: trained, then refused twice as spent, before any ledger row: its checkpoint stays 1)
+    from graphveil.ledger_witness import Witness
+
+    assert summary["ledger-witness"] == str(tmp_path / "out" / "ledger-witness.jsonl")
+    witness = Witness(summary["ledger-witness"])
+    assert {n: [o.seq for o in witness.observations(n)] for n in "abc"} == {"a": [1, 2, 3], "b": [1, 2], "c": [1]}
+    for name in "abc":
+        with PrivacyLedger(sites[" abc".index(name)]["ledger"]) as ledger:
+            assert witness.observations(name)[-1].head == ledger.witness_head().head
     # every message the server sent carried the global adapter and the round's config only
     assert all(set(m.content.keys()) == {"arrays", "config"} for m in grid.sent)
     assert {int(m.content["config"]["local-steps"]) for m in grid.sent} == {3}

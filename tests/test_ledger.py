@@ -541,6 +541,62 @@ def test_a_v1_ledger_that_cannot_be_rebuilt_is_left_untouched(tmp_path: Path) ->
     assert not key_path_for(path).exists()  # a failed init leaves no key behind
 
 
+def _v2_ledger(path: Path) -> tuple[float, int, str]:
+    """A schema-2 ledger as the old code wrote it (the same rows, an unkeyed SHA-256 chain, no
+    key file): two released rounds. Returns (ε spent, rows, head)."""
+    import hashlib
+
+    from graphveil.ledger import _canonical, _normalize
+
+    with init_ledger(path) as ledger:
+        _round(ledger, 10, 1.0, budget=20.0, site="a")
+        spent = _round(ledger, 5, 1.0, budget=20.0, site="a")
+        rows = ledger._rows()
+        meta = ledger.meta()
+    prev = hashlib.sha256(_canonical({"ledger": "graphveil-privacy-ledger", "ledger_id": meta["ledger_id"],
+                                      "created": meta["created"]}).encode()).hexdigest()
+    with sqlite3.connect(path) as db:
+        for row in rows:
+            row["prev_hash"] = prev
+            prev = hashlib.sha256(_canonical(_normalize(row)).encode()).hexdigest()
+            db.execute("UPDATE entries SET prev_hash = ?, hash = ? WHERE id = ?", (row["prev_hash"], prev, row["id"]))
+        db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    key_path_for(path).unlink()
+    return spent, len(rows), prev
+
+
+def test_a_schema_2_ledger_is_rechained_under_a_new_key_by_init_only(tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite"
+    spent, count, old_head = _v2_ledger(path)
+    with pytest.raises(LedgerError, match="schema-2 ledger .*`graphveil budget init --ledger"):
+        PrivacyLedger(path)
+    with pytest.raises(LedgerError, match="bound to site 'a', not 'b'"):
+        init_ledger(path, site="b")
+    assert not key_path_for(path).exists()
+    with init_ledger(path, site="a") as ledger:
+        assert ledger.verify().ok and ledger.spent_epsilon() == spent
+        assert [e.status for e in ledger.entries()] == ["released", "released"]
+        events = ledger.events()
+        assert len(events) == count + 1 and events[-1]["kind"] == "rekey"
+        assert json.loads(events[-1]["note"]) == {"from_schema": 2, "unkeyed_count": count, "unkeyed_head": old_head}
+        assert ledger.witness_head().seq == 2  # the old rounds are checkpoints of the keyed chain
+        _round(ledger, 1, 1.0, budget=20.0, site="a")  # and spend goes on
+    with sqlite3.connect(path) as db:  # the unkeyed rows are kept for audit
+        assert db.execute("SELECT hash FROM entries_v2 ORDER BY id DESC LIMIT 1").fetchone()[0] == old_head
+    with pytest.raises(LedgerError, match="already initialised"):
+        init_ledger(path)
+
+
+def test_a_schema_2_ledger_that_fails_verification_is_not_rechained(tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite"
+    _v2_ledger(path)
+    _sql(path, "UPDATE entries SET epsilon = 0.001 WHERE id = 3")
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match="schema-2 chain fails verification at row 3.*nothing changed"):
+        init_ledger(path, site="a")
+    assert path.read_bytes() == before and not key_path_for(path).exists()
+
+
 # ------------------------------------------------------------------------------ record sets
 
 
