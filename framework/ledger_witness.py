@@ -4,19 +4,22 @@ A site's ledger (:mod:`graphveil.ledger`) is written by the site. Its hash chain
 nobody *without* the site key can rewrite it, but the site's operator holds the key, and a
 restored backup verifies as well as the real file. So every reply a site sends after opening
 its ledger carries the ledger's witness head (:meth:`~graphveil.ledger.PrivacyLedger.witness_head`):
-``ledger-seq``, the number of rounds the ledger has closed (checkpoint rows), and
-``ledger-head``, the keyed hash of the last of them. The server keeps them here, per site, in
-an append-only JSON-lines file, and applies two rules to every new observation:
+``ledger-seq``, the number of rounds the ledger has closed (checkpoint rows), ``ledger-head``,
+the keyed hash of the last of them, and ``ledger-previous``, the one before. The server keeps
+them here, per site, in an append-only JSON-lines file, and applies two rules to every new
+observation:
 
 * **backwards**: a site's sequence number never decreases (a smaller one is a rolled-back or
   replaced ledger — a backup restored, the ledger deleted and re-created);
-* **fork**: at a sequence number already witnessed, the head must be the same (another head is
-  a rewritten history of the same length).
+* **fork**: at a sequence number already witnessed, the head must be the same, and so must the
+  previous head at the sequence number before (another head is a rewritten history, or a
+  rolled-back ledger advanced to the witnessed count).
 
-A larger sequence number is accepted: without the key the server cannot tell whether the new
-chain extends the old one. The site can: ``graphveil budget verify --ledger FILE --witness FILE``
-checks, with the key, that the ledger's chain holds every witnessed (seq, head) — a rewrite of
-history the server saw fails it even when re-signed with the key.
+A larger sequence number whose previous head was never witnessed is accepted: without the key
+the server cannot tell whether the new chain extends the old one. The site can: ``graphveil
+budget verify --ledger FILE --witness FILE`` checks, with the key, that the ledger's chain holds
+every witnessed (seq, head) — a rewrite of history the server saw fails it even when re-signed
+with the key.
 
 A violation is recorded in the file too, and **sticks**: every later reply of that site is
 refused with the first violation's reason until the server's operator clears the site

@@ -261,6 +261,19 @@ def test_every_reply_after_the_ledger_opened_carries_its_witness_head_and_the_se
     json.dumps(rounds)  # the round log stays writable
 
 
+def test_an_unreadable_witness_file_stops_the_run_before_its_first_round(tmp_path: Path) -> None:
+    from graphveil.connectors.flower.server import run_federation
+    from graphveil.ledger_witness import WitnessError
+
+    witness = tmp_path / "witness.jsonl"
+    witness.write_text('{"site": "a", "seq": 1, "head": "zz", "time": 1}\n')
+    run_config = {**RUN_CONFIG, "output-dir": str(tmp_path / "out"), "ledger-witness": str(witness)}
+    grid = LocalGrid({1: site_context(1, node_config(tmp_path, "a"), run_config)})
+    with pytest.raises(WitnessError, match=f"{witness}, line 1: ledger head 'zz'"):
+        run_federation(grid, FederationSettings.from_run_config(run_config), run_id=4, encoder=FakeEncoder(seed=5))
+    assert grid.sent == []
+
+
 def test_a_trained_reply_without_a_ledger_head_is_not_aggregated() -> None:
     rounds: list[dict] = []
     strategy = SiteRounds(make_strategy("fedavg", min_sites=1, fraction_train=1.0), local_steps=3,

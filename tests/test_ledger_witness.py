@@ -240,7 +240,7 @@ def test_a_violation_sticks_until_the_operator_clears_it(tmp_path: Path, capsys)
     assert Witness(w.path).observe("b", 2, _h(2, "b")) is None  # other sites are not affected
     assert main(["budget", "witness", "--witness", str(w.path)]) == 1
     out = capsys.readouterr().out
-    assert "a  checkpoint 2" in out and "FLAGGED: site 'a'" in out
+    assert "a  checkpoint 2" in out and "FLAGGED: the ledger of site 'a' went backwards" in out
     with pytest.raises(WitnessError, match="needs a note"):
         Witness(w.path).clear("a", " ")
     assert main(["budget", "witness", "--witness", str(w.path), "--clear", "a", "--note", "restored; re-entered"]) == 0

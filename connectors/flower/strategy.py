@@ -245,7 +245,7 @@ class SiteRounds(Strategy):
         except ValueError as exc:
             head = None
             entry["ledger"] = f"malformed: {exc}"
-        if head is not None:
+        if head is not None and name:  # witnessed under the name the reply states
             entry["ledger"] = {"seq": head.seq, "head": head.head, "previous": head.previous}
         if status not in records.STATUSES or (status == records.TRAINED and records.ARRAYS not in content.array_records):
             entry.update(status=records.FAILED, reason="malformed reply (no site status or no arrays)")
@@ -265,8 +265,7 @@ class SiteRounds(Strategy):
         """Check the reply's ledger head with the witness and record it; a site whose ledger went
         backwards or forked is an error, and its update is not aggregated."""
         head = entry.get("ledger")
-        if self.witness is None or not isinstance(head, dict) or not entry["site"] or \
-                entry["site"] == f"node {entry['node-id']}":
+        if self.witness is None or not isinstance(head, dict):
             return entry
         problem = self.witness.observe(entry["site"], head["seq"], head["head"], head["previous"],
                                        round=server_round, node=entry["node-id"], status=entry["status"])
