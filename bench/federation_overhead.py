@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             loop.start_server()
             loop.register(sites)
             for name in sites:
+                loop.init_ledger(configs[name])
                 loop.start_site(name, configs[name])
             loop.wait_online(len(sites))
             # let the fork servers import, as they have long before a run at a real site

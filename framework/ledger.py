@@ -29,42 +29,79 @@ Write-ahead rule (DESIGN.md, "Federated"): spend is written *before* any output 
 
 A site killed between 1 and 2 leaves an unconfirmed reservation, which counts in full.
 
+Creation
+--------
+A ledger is created once, explicitly: :func:`init_ledger` (``graphveil budget init``) makes the
+site key ``<ledger>.key`` (:mod:`graphveil.site_key`, 0600, never replaced), the ledger and, if
+asked, its anchor. Opening a ledger never creates any of them: a missing ledger, key or anchor
+is an error naming the file. (An implicit create-on-first-use would turn "restore a backup,
+delete the anchor" into a silent re-anchoring.)
+
 Tamper evidence
 ---------------
-The ``entries`` table is append-only and hash-chained: each row's ``hash`` is the SHA-256 of
-the canonical JSON of all its fields (id, kind, reference, site, run, round, steps, σ, δ, ε,
-budget, mechanism, profile, increment, note) together with ``prev_hash``; the first row's
-``prev_hash`` is the genesis hash, the SHA-256 of the ledger's creation meta (a random ledger
-id and the creation time). Status changes (release, withhold, a larger increment) and the
-storage of a degree-capped record set are new chained rows that reference the reservation or
-key, never updates. So a raw SQL ``UPDATE`` or ``DELETE`` of any row breaks
+The ``entries`` table is append-only and hash-chained: each row's ``hash`` is the HMAC-SHA256,
+under the site key, of the canonical JSON of all its fields (id, kind, reference, site, run,
+round, steps, σ, δ, ε, budget, mechanism, profile, increment, note) together with ``prev_hash``;
+the first row's ``prev_hash`` is the genesis hash, the keyed hash of the ledger's creation meta
+(a random ledger id and the creation time). Status changes (release, withhold, a larger
+increment) and the storage of a degree-capped record set are new chained rows that reference
+the reservation or key, never updates. So a raw SQL ``UPDATE`` or ``DELETE`` of any row breaks
 :meth:`PrivacyLedger.verify` (a deleted last row is caught by SQLite's AUTOINCREMENT counter,
-and for certain by an anchor). A ledger that fails verification refuses to reserve.
+and for certain by an anchor), and so does a *consistent* rewrite of the whole chain (every
+increment scaled, every hash recomputed) by anyone without the key. A ledger that fails
+verification refuses to reserve.
+
+The key does not stop the party that holds it: the site's operator can rewrite the chain and
+re-sign it. What stops the operator is a witness outside the site (below). The key also keeps
+the heads the server witnesses opaque: entry values depend on private sizes (ε depends on
+b/|Ē|), and an unkeyed head would let the server test guesses of them.
 
 Anchoring against rollback
 --------------------------
 A chain cannot tell a restored backup from the real file: both verify. Pass
 ``anchor=Path(...)``: after every committed write the ledger atomically writes
 ``{"count": n, "hash": h}`` (its head) to that file, and on open and before every reservation
-it checks that its own chain has the anchored head as a prefix. **Keep the anchor outside the
-ledger's volume** — another disk or mount, a WORM/object-lock bucket synced from it, or simply
-the head printed by ``graphveil budget head`` into the operator's log — otherwise a restored
-volume snapshot rolls back the anchor together with the ledger. ``graphveil budget verify
---anchor FILE`` or ``--expect-head HASH`` checks a ledger against an anchor kept elsewhere.
+it checks that its own chain has the anchored head as a prefix; a missing anchor is refused
+(``init`` writes the first one; ``init --reanchor`` a lost one, explicitly). **Keep the anchor
+outside the ledger's volume** — another disk or mount, a WORM/object-lock bucket synced from
+it, or simply the head printed by ``graphveil budget head`` into the operator's log — otherwise
+a restored volume snapshot rolls back the anchor together with the ledger. ``graphveil budget
+verify --anchor FILE`` or ``--expect-head HASH`` checks a ledger against an anchor kept
+elsewhere.
 
-Schema migration (version 1 → 2)
---------------------------------
+The witness
+-----------
+An anchor is the site operator's own file. Every reply a site sends after opening its ledger
+carries :meth:`PrivacyLedger.witness_head`: the number of *checkpoint* rows (one per round that
+reached the ledger: ``release``, ``withhold`` or ``refuse``) and the keyed hash of the last one.
+The server keeps them per site (:mod:`graphveil.ledger_witness`) and refuses a site whose
+sequence number goes backwards (a restored backup, a replaced ledger) or whose head differs at
+a sequence number it saw before (a fork). Without the key the server cannot check that a larger
+sequence number extends what it saw; the site can: ``graphveil budget verify --witness FILE``
+checks that the ledger's chain holds every witnessed (seq, head), which catches a rewrite of
+history the server saw, even one re-signed with the key. See deploy/RUNBOOK.md §8 for what the
+witness does and does not protect against.
+
+Schema migration (versions 1 and 2 → 3)
+---------------------------------------
+Schema 3 is schema 2 with the chain keyed (and a ``rekey`` row kind). ``graphveil budget init``
+upgrades an older ledger: a schema-2 ledger's unkeyed chain is verified, then every row is
+re-chained under the new key in one transaction; the unkeyed table stays as ``entries_v2`` and a
+chained ``rekey`` row records its row count and head. Opening a schema-2 ledger without that
+step is an error saying so.
+
 A version-1 ledger held, per entry, the *cumulative* accountant state (mechanism, profile, order
-grid, history of (σ, steps)). Opening it migrates it in one transaction: the v1 table is kept as
-``entries_v1`` (audit), and the latest counting v1 state is replayed by the installed accountant
-plugin of the same mechanism, rebound to the recorded profile (the accountant's own
-``load_state_dict`` refuses a different profile or order grid) — its ``total_rdp()`` becomes a
-single chained ``migrate`` row that counts like a reservation. The rebuilt ε must equal the ε
-the v1 ledger recorded, otherwise nothing changes. This is sound (it is the exact RDP curve
-the v1 ledger was accounting) and is the only option that is: a bare (ε, δ) total has no RDP
-curve to compose with. When the curve cannot be rebuilt (plugin missing, accountant without
-RDP), the v1 file is left untouched and a :class:`LedgerError` explains why;
-``graphveil budget migrate`` performs the same migration explicitly.
+grid, history of (σ, steps)). ``init`` creates its key, and opening it then migrates it in one
+transaction: the v1 table is kept as ``entries_v1`` (audit), and the latest counting v1 state is
+replayed by the installed accountant plugin of the same mechanism, rebound to the recorded
+profile (the accountant's own ``load_state_dict`` refuses a different profile or order grid) —
+its ``total_rdp()`` becomes a single chained ``migrate`` row that counts like a reservation. The
+rebuilt ε must equal the ε the v1 ledger recorded, otherwise nothing changes. This is sound (it
+is the exact RDP curve the v1 ledger was accounting) and is the only option that is: a bare
+(ε, δ) total has no RDP curve to compose with. When the curve cannot be rebuilt (plugin missing,
+accountant without RDP), the v1 file is left untouched (and ``init`` removes the key it made)
+and a :class:`LedgerError` explains why; ``graphveil budget migrate`` performs the same
+migration explicitly on a ledger that has its key.
 
 Degree-capped record sets
 -------------------------
@@ -84,7 +121,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -95,15 +132,25 @@ import numpy as np
 from graphveil.components import Accountant
 from graphveil.errors import GraphVeilError, PrivacyError
 from graphveil.privacy.conversion import DEFAULT_ORDERS, rdp_to_epsilon
+from graphveil.site_key import (
+    SiteKeyError,
+    create_site_key,
+    key_path_for,
+    keyed_digest,
+    load_site_key,
+)
 
 if TYPE_CHECKING:
     import torch
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Entry statuses whose spend counts (``refused`` entries record a request, not a release).
 COUNTING = ("reserved", "released", "withheld", "migrated")
 #: Row kinds of the chain.
-KINDS = ("bind", "reserve", "refuse", "release", "withhold", "raise", "migrate", "records")
+KINDS = ("bind", "reserve", "refuse", "release", "withhold", "raise", "migrate", "records", "rekey")
+#: Row kinds that close a request (one per round that reached the ledger, whatever the data):
+#: the witness's sequence number counts these, never the data-dependent ``raise``/``records`` rows.
+CHECKPOINTS = ("release", "withhold", "refuse")
 _REL_TOL = 1e-9
 _EPS_TOL = 1e-9
 
@@ -112,7 +159,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     created TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('bind', 'reserve', 'refuse', 'release', 'withhold', 'raise', 'migrate', 'records')),
+    kind TEXT NOT NULL CHECK (kind IN ('bind', 'reserve', 'refuse', 'release', 'withhold', 'raise', 'migrate', 'records', 'rekey')),
     ref INTEGER,
     site TEXT NOT NULL,
     run TEXT NOT NULL,
@@ -225,6 +272,17 @@ class VerifyReport:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class WitnessHead:
+    """What each reply of a site tells the server's witness: ``seq`` checkpoints (rounds the
+    ledger closed), the keyed hash ``head`` of the last one and ``previous``, the hash of the
+    one before (the genesis hash when ``seq`` is 1; ``None`` when it is 0)."""
+
+    seq: int
+    head: str
+    previous: str | None
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -250,8 +308,26 @@ def _normalize(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _row_hash(row: Mapping[str, Any]) -> str:
+def _row_hash(key: bytes, row: Mapping[str, Any]) -> str:
+    """HMAC-SHA256 under the site key of the row's canonical JSON (``prev_hash`` included)."""
+    return keyed_digest(key, b"graphveil-ledger-row-v3", _canonical(_normalize(row)).encode())
+
+
+def _genesis(key: bytes, meta: Mapping[str, str]) -> str:
+    """The keyed hash of the ledger's creation meta: the ``prev_hash`` of its first row."""
+    return keyed_digest(key, b"graphveil-ledger-genesis-v3", _canonical(
+        {"ledger": "graphveil-privacy-ledger", "ledger_id": meta.get("ledger_id"),
+         "created": meta.get("created")}).encode())
+
+
+def _unkeyed_row_hash(row: Mapping[str, Any]) -> str:
+    """Schema 2's row hash (plain SHA-256): checked once, when ``init`` re-chains such a ledger."""
     return _sha(_canonical(_normalize(row)))
+
+
+def _unkeyed_genesis(meta: Mapping[str, str]) -> str:
+    return _sha(_canonical({"ledger": "graphveil-privacy-ledger", "ledger_id": meta.get("ledger_id"),
+                            "created": meta.get("created")}))
 
 
 def _curve_json(curve: np.ndarray) -> str:
@@ -326,6 +402,8 @@ class _Scan:
     last_counting: int | None = None
     total: np.ndarray | None = None
     records: dict[str, tuple[int, str]] = field(default_factory=dict)
+    #: Hashes of the checkpoint rows (:data:`CHECKPOINTS`), in order: what a witness saw.
+    checkpoints: list[str] = field(default_factory=list)
     error: str | None = None
     first_bad: int | None = None
 
@@ -341,63 +419,68 @@ class _Scan:
 
 
 class PrivacyLedger:
-    """A site's privacy odometer in the SQLite file ``path``.
+    """A site's privacy odometer in the SQLite file ``path``, chained under the site's key.
 
-    :param path: ledger file; created (with its folder) unless ``create`` is false.
-    :param create: false to open an existing ledger only (``graphveil budget show``).
+    A ledger is created once, explicitly, by :func:`init_ledger` (``graphveil budget init``);
+    opening one never creates a ledger, a key or an anchor.
+
+    :param path: an existing ledger file.
     :param anchor: optional file *outside the ledger's volume* holding the last head
         ``{"count": n, "hash": h}``; written after every committed write, checked on open and
-        before every reservation (see the module docstring).
-    :raises LedgerError: if the file is missing (``create=False``), not a ledger, newer, a v1
-        ledger that cannot be migrated, or behind / diverging from its anchor.
+        before every reservation (see the module docstring). It must exist (``init`` writes it).
+    :param key: the site key (tests); default: read from ``<ledger>.key``
+        (:func:`graphveil.site_key.key_path_for`).
+    :param create: kept for old callers; only ``False`` is accepted (see :func:`init_ledger`).
+    :raises LedgerError: if the file, its key or its anchor is missing, the file is not a
+        ledger, is newer, is a schema-2 (unkeyed) ledger not yet re-chained by ``init``, a v1
+        ledger that cannot be migrated, or is behind / diverging from its anchor.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = True,
-                 anchor: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, anchor: str | os.PathLike[str] | None = None,
+                 key: bytes | None = None, create: bool = False) -> None:
         self.path = Path(path)
         self.anchor = None if anchor is None else Path(anchor)
-        if not create and not self.path.is_file():
-            raise LedgerError(f"{self.path}: no such ledger file")
         if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            raise LedgerError(f"{self.path}: a ledger is created only by `graphveil budget init` "
+                              "(graphveil.ledger.init_ledger), never on first use")
+        if not self.path.is_file():
+            raise LedgerError(f"{self.path}: no such ledger file; a site creates its ledger once with "
+                              f"`graphveil budget init --ledger {self.path} --site NAME`")
+        self._db = _connect(self.path)
         try:
-            # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE below).
-            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=DELETE")
-            self._db.execute("PRAGMA synchronous=FULL")  # a committed spend survives power loss
-            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if "meta" in tables:
-                version = int(self.meta().get("schema_version", "0"))
-            else:
-                version = SCHEMA_VERSION if create else 0
+            version = _schema_version(self._db, self.path)
+            if version == 2:
+                raise LedgerError(
+                    f"{self.path}: schema-2 ledger (an unkeyed hash chain, which whoever writes the file "
+                    f"can recompute); re-chain it under a new site key with `graphveil budget init "
+                    f"--ledger {self.path}` (it verifies the chain first and keeps the old head)")
+            if version not in (1, SCHEMA_VERSION):
+                raise LedgerError(f"{self.path}: ledger schema version {version}, this GraphVeil reads "
+                                  f"version {SCHEMA_VERSION}")
+            if version == 1 and key is None and not key_path_for(self.path).exists():
+                raise LedgerError(f"{self.path}: schema-1 ledger without a site key; `graphveil budget init "
+                                  f"--ledger {self.path}` creates the key and migrates it")
+            self._key = key if key is not None else _load_key(self.path)
+            # Never created here: an anchor written on first use would re-anchor a restored backup
+            # whose anchor was deleted (only `graphveil budget init` writes a new one).
+            if self.anchor is not None and not self.anchor.exists():
+                raise LedgerError(
+                    f"{self.path}: its anchor {self.anchor} does not exist. A new site creates it with "
+                    f"`graphveil budget init`; if it was lost, `graphveil budget init --ledger {self.path} "
+                    f"--anchor {self.anchor} --reanchor` anchors the current head (a rollback before "
+                    "that point is then caught only by the server's witness)")
             if version == 1:
-                try:
-                    self._migrate_v1()
-                except LedgerError:
-                    self._db.close()
-                    raise
-            elif "meta" not in tables and version == SCHEMA_VERSION:
-                with self._transaction():
-                    for stmt in filter(str.strip, _SCHEMA.split(";")):
-                        self._db.execute(stmt)
-                    for key, value in (("schema_version", str(SCHEMA_VERSION)),
-                                       ("ledger_id", secrets.token_hex(16)), ("created", _now())):
-                        self._db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, value))
-            meta = self.meta()
+                self._migrate_v1()
+            if self.anchor is not None:
+                problem = self._anchor_problem(self.anchor)
+                if problem:
+                    raise LedgerError(f"{self.path}: {problem}")
         except sqlite3.DatabaseError as exc:
+            self._db.close()
             raise LedgerError(f"{self.path}: not a GraphVeil privacy ledger ({exc})") from exc
-        version = int(meta.get("schema_version", "0"))
-        if version != SCHEMA_VERSION:
-            raise LedgerError(
-                f"{self.path}: ledger schema version {version}, this GraphVeil reads version {SCHEMA_VERSION}"
-            )
-        if self.anchor is not None:
-            problem = self._anchor_problem(self.anchor)
-            if problem:
-                self._db.close()
-                raise LedgerError(f"{self.path}: {problem}")
-            if not self.anchor.exists():
-                self._write_anchor()
+        except BaseException:
+            self._db.close()
+            raise
 
     # ------------------------------------------------------------------------------ plumbing
     def close(self) -> None:
@@ -424,10 +507,11 @@ class PrivacyLedger:
             self._write_anchor()
 
     def genesis(self) -> str:
-        """SHA-256 of the ledger's creation meta: the ``prev_hash`` of its first row."""
-        meta = self.meta()
-        return _sha(_canonical({"ledger": "graphveil-privacy-ledger", "ledger_id": meta.get("ledger_id"),
-                                "created": meta.get("created")}))
+        """The keyed hash of the ledger's creation meta: the ``prev_hash`` of its first row."""
+        return _genesis(self._key, self.meta())
+
+    def _digest(self, row: Mapping[str, Any]) -> str:
+        return _row_hash(self._key, row)
 
     def _rows(self, db: sqlite3.Connection | None = None) -> list[dict[str, Any]]:
         cur = (db or self._db).execute(f"SELECT {', '.join(_FIELDS)}, hash FROM entries ORDER BY id")
@@ -442,7 +526,7 @@ class PrivacyLedger:
         row.update({"id": 1 if last is None else int(last[0]) + 1, "created": _now(), "kind": kind,
                     "prev_hash": self.genesis() if last is None else last[1]})
         row = _normalize(row)
-        row["hash"] = _row_hash(row)
+        row["hash"] = self._digest(row)
         names = [*_FIELDS, "hash"]
         db.execute(f"INSERT INTO entries ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
                    [row[n] for n in names])
@@ -455,8 +539,31 @@ class PrivacyLedger:
                                "FROM entries").fetchone()
         return int(row[0]), row[1] or self.genesis()
 
-    def _write_anchor(self) -> None:
-        """Atomically write the head to the anchor file (temp + fsync + rename), never backwards."""
+    def witness_head(self) -> WitnessHead:
+        """What a reply tells the server's witness (:mod:`graphveil.ledger_witness`).
+
+        The sequence number counts the ledger's checkpoint rows (:data:`CHECKPOINTS`: one per
+        round that reached the ledger — released, withheld or refused), the head is the keyed
+        hash of the last of them (the genesis hash before the first), ``previous`` the one
+        before. Rows whose presence may depend on the data (``raise``, ``records``) and set-up
+        rows (``bind``, ``migrate``, ``rekey``) move none of them: the server learns how many
+        rounds the ledger closed, which the replies' statuses already tell it, plus the rounds
+        the site closed elsewhere. The hashes are keyed: the server cannot test guesses of the
+        rows' values against them.
+        """
+        marks = ", ".join("?" * len(CHECKPOINTS))
+        (count,) = self._db.execute(f"SELECT COUNT(*) FROM entries WHERE kind IN ({marks})",
+                                    CHECKPOINTS).fetchone()
+        last = [r[0] for r in self._db.execute(
+            f"SELECT hash FROM entries WHERE kind IN ({marks}) ORDER BY id DESC LIMIT 2", CHECKPOINTS)]
+        marks_back = [*last, self.genesis()]  # the checkpoints' hashes, newest first, then genesis
+        return WitnessHead(int(count), marks_back[0], marks_back[1] if count else None)
+
+    def _write_anchor(self, *, create: bool = False) -> None:
+        """Atomically write the head to the anchor file (temp + fsync + rename), never backwards.
+
+        Only ``init`` creates an anchor (``create``); after a commit a missing anchor stays
+        missing (the next open refuses: it was deleted, or never made)."""
         assert self.anchor is not None
         count, head = self.head()
         if self.anchor.exists():
@@ -465,6 +572,8 @@ class PrivacyLedger:
                 # another process wrote a newer head, or the ledger is behind or diverges from the
                 # anchor: never overwrite the evidence (open and reserve refuse on it)
                 return
+        elif not create:
+            return
         self.anchor.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.anchor.with_name(f".{self.anchor.name}.{os.getpid()}.tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
@@ -472,16 +581,7 @@ class PrivacyLedger:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.anchor)
-        try:
-            fd = os.open(self.anchor.parent, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        _fsync_dir(self.anchor.parent)
 
     def _anchor_problem(self, anchor: Path) -> str | None:
         if not anchor.exists():
@@ -526,7 +626,7 @@ class PrivacyLedger:
                 scan.fail(f"row {rid} does not follow row {rid - 1} (prev_hash mismatch: a row was "
                           "edited, deleted or inserted)", rid)
                 break
-            if _row_hash(row) != row["hash"]:
+            if self._digest(row) != row["hash"]:
                 scan.fail(f"row {rid} was modified after it was written (hash mismatch)", rid)
                 break
             prev = row["hash"]
@@ -535,6 +635,8 @@ class PrivacyLedger:
             except (ValueError, TypeError, KeyError, PrivacyError) as exc:
                 scan.fail(f"row {rid} is inconsistent: {exc}", rid)
                 break
+            if row["kind"] in CHECKPOINTS:
+                scan.checkpoints.append(row["hash"])
         scan.count, scan.head = len(rows), prev
         if scan.error is None:
             seq = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'entries'").fetchone()
@@ -576,6 +678,12 @@ class PrivacyLedger:
                 scan.total = np.zeros_like(scan.orders)
             if "delta" in values:
                 scan.delta = float(values["delta"])
+            return
+        if kind == "rekey":  # evidence of the unkeyed chain this one replaced; no spend
+            info = json.loads(row["note"])
+            if not (isinstance(info, dict) and isinstance(info.get("unkeyed_head"), str)
+                    and len(info["unkeyed_head"]) == 64):
+                raise ValueError("a rekey row without the unkeyed chain's head")
             return
         if kind == "records":
             info = json.loads(row["note"])
@@ -627,12 +735,16 @@ class PrivacyLedger:
         item.status = "released" if kind == "release" else "withheld"
         item.note = row["note"]
 
-    def verify(self, *, anchor: str | os.PathLike[str] | None = None,
-               expect_head: str | None = None) -> VerifyReport:
+    def verify(self, *, anchor: str | os.PathLike[str] | None = None, expect_head: str | None = None,
+               witnessed: Iterable[tuple[int, str]] = ()) -> VerifyReport:
         """Recompute the hash chain, every recorded ε and the stored record sets.
 
         :param anchor: an anchor file to check against (default: the ledger's own anchor).
         :param expect_head: a head hash recorded elsewhere; it must be in the chain.
+        :param witnessed: ``(seq, head)`` pairs a witness saw (:meth:`witness_head` of earlier
+            replies): the chain's ``seq``-th checkpoint must have hash ``head``. The first one it
+            does not is the error: a rollback (fewer checkpoints) or a rewrite of history the
+            server saw (another hash), even one recomputed with the key.
         """
         scan = self._scan()
         error, bad = scan.error, scan.first_bad
@@ -644,6 +756,8 @@ class PrivacyLedger:
                 error = self._anchor_problem(anchor_path)
         if error is None and expect_head is not None:
             error = self._prefix_problem(None, expect_head.strip().lower())
+        if error is None:
+            error = _witnessed_problem([self.genesis(), *scan.checkpoints], witnessed)
         return VerifyReport(ok=error is None, count=scan.count, head=scan.head, epsilon=scan.epsilon,
                             delta=scan.delta, error=error, first_bad=bad)
 
@@ -773,6 +887,18 @@ class PrivacyLedger:
             scan.delta = float(scan.bound["delta"])
             if scan.total is None:
                 scan.total = np.zeros_like(scan.orders)
+
+    def _bind_site(self, site: str) -> None:
+        """Bind the ledger to ``site`` (``init --site``); refuse another site's name."""
+        with self._transaction() as db:
+            scan = self._require_valid(db)
+            have = scan.bound.get("site")
+            if have is None:
+                self._append(db, "bind", site=site, note=_canonical({"site": site}))
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('site', ?)", (site,))
+            elif have != site:
+                raise LedgerBindingError(f"{self.path}: the ledger is bound to site {have!r}, not {site!r}",
+                                         key="site")
 
     def reserve(
         self,
@@ -1020,6 +1146,266 @@ class PrivacyLedger:
                 self._append(db, "migrate", **migrate)
 
 
+def _connect(path: Path) -> sqlite3.Connection:
+    try:
+        # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE in _transaction).
+        db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        db.execute("PRAGMA journal_mode=DELETE")
+        db.execute("PRAGMA synchronous=FULL")  # a committed spend survives power loss
+    except sqlite3.DatabaseError as exc:
+        raise LedgerError(f"{path}: not a GraphVeil privacy ledger ({exc})") from exc
+    return db
+
+
+def _schema_version(db: sqlite3.Connection, path: Path) -> int:
+    try:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "meta" not in tables:
+            raise LedgerError(f"{path}: not a GraphVeil privacy ledger (no meta table)")
+        row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row[0]) if row else 0
+    except (sqlite3.DatabaseError, ValueError) as exc:
+        raise LedgerError(f"{path}: not a GraphVeil privacy ledger ({exc})") from exc
+
+
+def schema_version_of(path: str | os.PathLike[str]) -> int:
+    """The schema version of the ledger file ``path``, read without changing it.
+
+    :raises LedgerError: if it is missing or not a ledger."""
+    path = Path(path)
+    if not path.is_file():
+        raise LedgerError(f"{path}: no such ledger file")
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.DatabaseError as exc:
+        raise LedgerError(f"{path}: not a GraphVeil privacy ledger ({exc})") from exc
+    try:
+        return _schema_version(db, path)
+    finally:
+        db.close()
+
+
+def _load_key(ledger: Path) -> bytes:
+    key_path = key_path_for(ledger)
+    if not key_path.exists():
+        raise LedgerError(
+            f"{ledger}: its site key {key_path} does not exist; restore it from the backup of the site's "
+            "ledger volume (a ledger is made with its key by `graphveil budget init`; a new key cannot "
+            "verify an existing chain, so init never replaces one)")
+    try:
+        return load_site_key(key_path)
+    except SiteKeyError as exc:
+        raise LedgerError(f"{ledger}: {exc}") from None
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _witnessed_problem(marks: Sequence[str], witnessed: Iterable[tuple[int, str]]) -> str | None:
+    """The first witnessed ``(seq, head)`` the chain does not hold; ``marks[k]`` is the hash of
+    the k-th checkpoint (``marks[0]``: the genesis hash)."""
+    for seq, head in sorted((int(s), str(h).strip().lower()) for s, h in witnessed):
+        if seq >= len(marks):
+            return (f"ledger was rolled back or replaced: a witness saw checkpoint {seq} (head {head[:16]}…), "
+                    f"the ledger has {len(marks) - 1} checkpoints")
+        if marks[seq] != head:
+            return (f"ledger history was rewritten or replaced: a witness saw checkpoint {seq} with head "
+                    f"{head[:16]}…, the ledger's checkpoint {seq} is {marks[seq][:16]}…")
+    return None
+
+
+def _over(cls: type[PrivacyLedger], path: Path, db: sqlite3.Connection, key: bytes) -> PrivacyLedger:
+    """A ledger object over an open connection, without the opening checks (init's upgrades)."""
+    ledger = cls.__new__(cls)
+    ledger.path, ledger.anchor, ledger._db, ledger._key = path, None, db, key
+    return ledger
+
+
+class _UnkeyedChain(PrivacyLedger):
+    """A schema-2 ledger's chain (plain SHA-256), read once to verify it before re-chaining."""
+
+    def genesis(self) -> str:
+        return _unkeyed_genesis(self.meta())
+
+    def _digest(self, row: Mapping[str, Any]) -> str:
+        return _unkeyed_row_hash(row)
+
+
+def init_ledger(path: str | os.PathLike[str], *, site: str | None = None,
+                anchor: str | os.PathLike[str] | None = None, reanchor: bool = False) -> PrivacyLedger:
+    """Create a site's ledger with its key (and anchor), or upgrade an older ledger; return it open.
+
+    * no file at ``path``: create the key ``<ledger>.key`` (0600), an empty ledger bound to
+      ``site``, and the anchor at its head;
+    * a schema-1 ledger: create the key and migrate it (see the module docstring);
+    * a schema-2 (unkeyed) ledger: create the key, verify the old chain with its plain
+      SHA-256 hashes and re-chain every row under the key in one transaction; the old table
+      stays as ``entries_v2`` and a chained ``rekey`` row records the old row count and head;
+    * ``reanchor``: an existing ledger whose anchor was lost: verify it, write ``anchor`` at
+      its current head (refused if the anchor exists).
+
+    A key is never replaced and an anchor never overwritten; a failed init leaves no key, no
+    ledger and no anchor behind (an upgrade is one transaction).
+
+    :raises LedgerError: naming the file that exists, is missing, or fails verification.
+    """
+    path = Path(path)
+    anchor = None if anchor is None else Path(anchor)
+    if reanchor:
+        return _reanchor(path, anchor, site)
+    key_path = key_path_for(path)
+    if anchor is not None and anchor.exists():
+        raise LedgerError(f"{anchor}: an anchor file already exists (of a ledger initialised before); "
+                          "init never overwrites one — move it away yourself if it is stale")
+    version = schema_version_of(path) if path.exists() else None
+    if version == SCHEMA_VERSION:
+        raise LedgerError(f"{path}: already initialised (schema {SCHEMA_VERSION}, key {key_path}); "
+                          "nothing to do (a lost anchor: --anchor FILE --reanchor)")
+    if version is not None and version not in (1, 2):
+        raise LedgerError(f"{path}: ledger schema version {version}, this GraphVeil reads version "
+                          f"{SCHEMA_VERSION}")
+    if version is not None and site is not None:
+        _check_old_site(path, site)
+    if key_path.exists():
+        raise LedgerError(f"{key_path}: a site key already exists; init never replaces a key (a new key "
+                          "would re-sign, and so hide, any rewrite of the chain)")
+    try:
+        key = create_site_key(key_path)
+    except SiteKeyError as exc:
+        raise LedgerError(str(exc)) from None
+    made = rekeyed = False
+    try:
+        if version is None:
+            _create(path)
+            made = True
+        elif version == 2:
+            _rekey_v2(path, key)
+            rekeyed = True
+        ledger = PrivacyLedger(path, key=key)  # a schema-1 ledger is migrated here, in one transaction
+    except BaseException:
+        if not rekeyed:  # nothing is chained under the key: leave no key (and no new ledger) behind
+            key_path.unlink(missing_ok=True)
+            if made:
+                path.unlink(missing_ok=True)
+        raise
+    try:
+        if site is not None:
+            ledger._bind_site(site)
+        if anchor is not None:
+            ledger.anchor = anchor
+            ledger._write_anchor(create=True)
+    except BaseException:
+        ledger.close()
+        raise
+    return ledger
+
+
+def _check_old_site(path: Path, site: str) -> None:
+    """``init --site`` on an old ledger: the site it is bound to must be the one named."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    finally:
+        db.close()
+    have = meta.get("site")
+    if have is not None and have != site:
+        raise LedgerError(f"{path}: the ledger is bound to site {have!r}, not {site!r}")
+
+
+def _create(path: Path) -> None:
+    """An empty schema-3 ledger at ``path``, built aside and linked in (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.init")
+    try:
+        db = _connect(tmp)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            for stmt in filter(str.strip, _SCHEMA.split(";")):
+                db.execute(stmt)
+            for key, value in (("schema_version", str(SCHEMA_VERSION)), ("ledger_id", secrets.token_hex(16)),
+                               ("created", _now())):
+                db.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        try:
+            os.link(tmp, path)  # fails if a ledger appeared meanwhile: never two ledgers at one path
+        except FileExistsError:
+            raise LedgerError(f"{path}: a ledger file appeared while init ran; not replaced") from None
+        _fsync_dir(path.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _rekey_v2(path: Path, key: bytes) -> None:
+    """Verify a schema-2 ledger's unkeyed chain, then re-chain it under ``key`` (one transaction)."""
+    db = _connect(path)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if _schema_version(db, path) != 2:
+                raise LedgerError(f"{path}: no longer a schema-2 ledger (changed while init ran)")
+            scan = _over(_UnkeyedChain, path, db, b"")._scan(db)
+            if scan.error is not None:
+                where = f"row {scan.first_bad}" if scan.first_bad else "its meta table"
+                raise LedgerError(f"{path}: the schema-2 chain fails verification at {where}: {scan.error}; "
+                                  "not re-chained (nothing changed)")
+            keyed = _over(PrivacyLedger, path, db, key)  # the same rows, hashed under the key
+            rows = keyed._rows(db)
+            db.execute("ALTER TABLE entries RENAME TO entries_v2")  # the unkeyed rows, kept for audit
+            for stmt in filter(str.strip, _SCHEMA.split(";")):
+                db.execute(stmt)
+            names = [*_FIELDS, "hash"]
+            prev = keyed.genesis()
+            for row in rows:
+                row["prev_hash"] = prev
+                row["hash"] = prev = keyed._digest(row)
+                db.execute(f"INSERT INTO entries ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                           [row[n] for n in names])
+            keyed._append(db, "rekey", site=scan.bound.get("site", ""), note=_canonical(
+                {"from_schema": 2, "unkeyed_count": scan.count, "unkeyed_head": scan.head}))
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('rekeyed', ?)", (_now(),))
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+    finally:
+        db.close()
+
+
+def _reanchor(path: Path, anchor: Path | None, site: str | None) -> PrivacyLedger:
+    if anchor is None:
+        raise LedgerError("--reanchor needs --anchor FILE (the anchor to write)")
+    if anchor.exists():
+        raise LedgerError(f"{anchor}: the anchor exists; --reanchor writes a lost anchor only (it never "
+                          "moves an anchor: a ledger behind its anchor was rolled back)")
+    ledger = PrivacyLedger(path)
+    try:
+        report = ledger.verify()
+        if not report.ok:
+            raise LedgerError(f"{path}: fails verification ({report.error}); not anchoring it")
+        bound = ledger.meta().get("site")
+        if site is not None and bound is not None and bound != site:
+            raise LedgerError(f"{path}: the ledger is bound to site {bound!r}, not {site!r}")
+        ledger.anchor = anchor
+        ledger._write_anchor(create=True)
+    except BaseException:
+        ledger.close()
+        raise
+    return ledger
+
+
 def _read_anchor(path: Path) -> tuple[int, str]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -1043,7 +1429,7 @@ def _rebuild_v1_curve(path: Path, state: Mapping[str, Any], delta: float,
 
     mechanism = state.get("mechanism")
     hint = (f"; {path} is left unchanged (schema v1) — install the plugin providing {mechanism!r} and "
-            f"reopen it, or run `graphveil budget migrate --ledger {path}`")
+            f"run `graphveil budget init --ledger {path}` again")
     try:
         from graphveil.host import default_host
 

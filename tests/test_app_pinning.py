@@ -137,6 +137,7 @@ def pinning(tmp_path_factory) -> Pinning:
         raw = {port: _post(loop, port, "/v1/control/list-nodes") for port in (loop.port, loop.control_port)}
         raw["runtime"] = _post(loop, loop.port, "/v1/runtime/acquire-task")
         loop.register([SITE])
+        loop.init_ledger(node_config)
         loop.start_site(SITE, node_config)
         loop.wait_online(1)
 

@@ -100,6 +100,38 @@ def test_kubernetes_manifests_reference_what_they_define() -> None:
     _check_shipped_site(SiteSettings.from_toml(DEPLOY / "k8s" / "site" / "site.toml"))
 
 
+def _init_argv_options(argv: list[str]) -> dict[str, str]:
+    i = argv.index("init")
+    assert argv[i - 2:i] == ["graphveil", "budget"], argv
+    opts = argv[i + 1:]
+    return dict(zip(opts[::2], opts[1::2], strict=True))
+
+
+def test_each_shipped_site_creates_its_ledger_once_with_budget_init() -> None:
+    """No deployment makes a ledger on start-up; each ships the explicit `graphveil budget init`
+    for exactly the ledger, anchor and site name of its node config."""
+    k8s = DEPLOY / "k8s" / "site"
+    assert "ledger-init.yaml" not in yaml.safe_load((k8s / "kustomization.yaml").read_text())["resources"]
+    (pod,) = yaml.safe_load_all((k8s / "ledger-init.yaml").read_text())
+    site = SiteSettings.from_toml(k8s / "site.toml")
+    opts = _init_argv_options(pod["spec"]["containers"][0]["command"])
+    assert opts == {"--ledger": str(site.ledger), "--anchor": str(site.ledger_anchor), "--site": site.site_name}
+    claims = {d["metadata"]["name"] for d in yaml.safe_load_all((k8s / "site.yaml").read_text())
+              if d["kind"] == "PersistentVolumeClaim"}
+    assert {v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]} <= claims
+    header = (DEPLOY / "compose" / "compose.yaml").read_text()
+    line = re.search(r"budget init \\\n#\s+(.*)", header).group(1).split()
+    prepare = (DEPLOY / "compose" / "prepare.sh").read_text()
+    block = re.search(r"<<TOML\n(.*?)\nTOML", prepare, re.S).group(1).replace("$i", "1").replace("$budget", "8.0")
+    compose_site = SiteSettings.from_mapping(tomllib.loads(block))
+    opts = dict(zip(line[::2], line[1::2], strict=True))
+    assert opts == {"--ledger": str(compose_site.ledger), "--anchor": str(compose_site.ledger_anchor),
+                    "--site": "site-$i"}
+    # the site's start-up never runs it (the entrypoint only starts `graphveil fed site`)
+    body = (DEPLOY / "scripts" / "supernode-entrypoint.sh").read_text().split("set -eu", 1)[1]
+    assert "budget init" not in body and "graphveil fed site" in body
+
+
 def _check_shipped_site(site: SiteSettings) -> None:
     """A shipped node config carries the whole policy, shares nothing non-private, and accepts the
     shipped app's task as is."""

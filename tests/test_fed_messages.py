@@ -8,6 +8,7 @@ aggregation over trained replies only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from test_fed_support import (
     FakeSession,
     LocalGrid,
     dp_accounting_epsilon,
+    init_site_ledger,
+    public_view,
     site_context,
 )
 
@@ -30,7 +33,7 @@ from graphveil.connectors.flower.settings import FederationSettings
 from graphveil.connectors.flower.site import handle_train
 from graphveil.connectors.flower.strategy import SiteRounds, make_strategy
 from graphveil.errors import DataError
-from graphveil.ledger import PrivacyLedger
+from graphveil.ledger import PrivacyLedger, WitnessHead
 
 RATE, DELTA, SIGMA = 0.02, 1e-5, 1.0
 
@@ -48,10 +51,19 @@ def node_config(tmp_path: Path, name: str = "bank-a", budget: float = 5.0, **ext
     folder.mkdir(exist_ok=True)
     (folder / "edges.tsv").write_text("source\ttarget\n")
     (folder / "entities.jsonl").write_text("")
-    return {"site-name": name, "data-path": str(folder / "edges.tsv"),
-            "data-entities": str(folder / "entities.jsonl"), "epsilon-budget": budget,
-            "ledger": str(folder / "ledger.sqlite"), "seed": 7, **SITE_POLICY,
-            "share-epsilon": True, "share-utility-metrics": True, **extra}
+    cfg = {"site-name": name, "data-path": str(folder / "edges.tsv"),
+           "data-entities": str(folder / "entities.jsonl"), "epsilon-budget": budget,
+           "ledger": str(folder / "ledger.sqlite"), "seed": 7, **SITE_POLICY,
+           "share-epsilon": True, "share-utility-metrics": True, **extra}
+    if not Path(cfg["ledger"]).exists():  # the site's operator ran `graphveil budget init` once
+        init_site_ledger(cfg)
+    return cfg
+
+
+def ledger_rows(cfg: dict) -> list[str]:
+    """The kinds of the site's ledger rows (``bind`` of the site name at init, then its spends)."""
+    with PrivacyLedger(cfg["ledger"]) as ledger:
+        return [row["kind"] for row in ledger.events()]
 
 
 def global_state() -> dict[str, torch.Tensor]:
@@ -79,7 +91,11 @@ def test_trained_reply_carries_only_the_adapter_and_scalars(tmp_path: Path) -> N
     assert metrics["num-steps"] == 3 and "tuples-used" not in metrics
     assert metrics["epsilon"] == pytest.approx(dp_accounting_epsilon([(SIGMA, RATE, 3)], DELTA), rel=1e-9)
     assert metrics["epsilon-budget"] == 5.0 and metrics["delta"] == DELTA and metrics["mrr"] == 0.5
-    assert dict(reply.config_records[records.SITE]) == {"site-name": "bank-a", "status": records.TRAINED}
+    site = dict(reply.config_records[records.SITE])
+    with PrivacyLedger(ctx.node_config["ledger"]) as ledger:  # one round closed: released
+        assert ledger.witness_head().seq == 1
+        assert site == {"site-name": "bank-a", "status": records.TRAINED, "ledger-seq": 1,
+                        "ledger-head": ledger.witness_head().head, "ledger-previous": ledger.genesis()}
     # the session the site built was told only about its own data, with a per-round seed, and
     # keeps its records in the site's ledger
     (session,) = FakeSession.instances
@@ -96,7 +112,7 @@ def test_spend_accumulates_in_the_ledger_across_rounds_and_matches_the_accountan
     eps2 = second.metric_records[records.METRICS]["epsilon"]
     assert eps2 == pytest.approx(dp_accounting_epsilon([(SIGMA, RATE, 7)], DELTA), rel=1e-9)
     assert eps2 > first.metric_records[records.METRICS]["epsilon"]
-    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+    with PrivacyLedger(cfg["ledger"]) as ledger:
         assert [(e.status, e.round, e.steps) for e in ledger.entries()] == [("released", 1, 3), ("released", 2, 4)]
         assert ledger.spent_epsilon() == pytest.approx(eps2)
     # seeds differ between rounds (no repeated noise)
@@ -143,7 +159,7 @@ def test_site_refuses_a_round_past_its_budget_and_says_why(tmp_path: Path) -> No
     refused_session = FakeSession.instances[-1]
     for name, value in refused_session.trainable_state().items():  # never loaded, never trained
         torch.testing.assert_close(value, FakeEncoder(seed=refused_session.config.seed).trainable_state()[name])
-    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+    with PrivacyLedger(cfg["ledger"]) as ledger:
         assert [e.status for e in ledger.entries()] == ["released", "refused"]
     # 2 more steps still fit
     ok = handle_train(train_content(3, 2), ctx, session_factory=FakeSession)
@@ -177,7 +193,7 @@ def test_a_failure_after_the_reservation_is_charged_and_answered_like_a_trained_
     cfg2 = node_config(tmp_path / "other", **quiet)
     bad = handle_train(train_content(1, 3, state=sent), site_context(11, cfg2, RUN_CONFIG),
                        session_factory=_LeakySession)
-    assert records.describe_content(bad) == records.describe_content(ok)  # same fields, shapes and scalars
+    assert public_view(bad) == public_view(ok)  # same fields, shapes and scalars
     assert "patient-0042" not in json.dumps(records.describe_content(bad))
     for key, value in records.state_from_arrays(bad.array_records[records.ARRAYS]).items():
         assert torch.equal(value, sent[key])  # the server's arrays, unchanged: nothing of the data
@@ -215,7 +231,87 @@ def test_bad_node_config_and_low_sigma(tmp_path: Path) -> None:
     assert reply.config_records[records.SITE]["status"] == records.REFUSED
     assert "min-noise-multiplier" in reply.config_records[records.SITE]["reason"]
     assert len(FakeSession.instances) == n  # refused before the session (and the data)
-    assert not Path(cfg["ledger"]).exists()
+    assert ledger_rows(cfg) == ["bind"]  # only init's binding of the site name: nothing reserved
+    assert records.LEDGER_SEQ not in reply.config_records[records.SITE]  # refused before opening it
+
+
+def test_every_reply_after_the_ledger_opened_carries_its_witness_head_and_the_server_checks_it(
+        tmp_path: Path) -> None:
+    """Trained, failed and refused replies carry (ledger-seq, ledger-head, ledger-previous): the
+    sequence number advances by one per round the ledger closed and each previous head is the
+    last reply's head. The server's witness accepts them; after the site restores a backup of its
+    ledger, its next trained reply goes backwards and is not aggregated."""
+    import shutil
+
+    from graphveil.ledger_witness import Witness
+
+    cfg = node_config(tmp_path, budget=dp_accounting_epsilon([(SIGMA, RATE, 9)], DELTA) * (1 + 1e-9))
+    ctx = site_context(11, cfg, RUN_CONFIG)
+    replies = [handle_train(train_content(1, 3), ctx, session_factory=FakeSession)]
+    shutil.copy(cfg["ledger"], tmp_path / "backup.sqlite")
+    replies += [handle_train(train_content(2, 3), ctx, session_factory=_LeakySession),  # withheld: failed
+                handle_train(train_content(3, 3), ctx, session_factory=FakeSession),
+                handle_train(train_content(4, 3), ctx, session_factory=FakeSession),  # past the budget
+                handle_train(train_content(5, 3, state=_malformed("nan")), ctx, session_factory=FakeSession)]
+    sites = [dict(r.config_records[records.SITE]) for r in replies]
+    assert [s["status"] for s in sites] == ["trained", "failed", "trained", "refused", "refused"]
+    assert [s[records.LEDGER_SEQ] for s in sites] == [1, 2, 3, 4, 4]  # malformed arrays: refused, no row
+    with PrivacyLedger(cfg["ledger"]) as ledger:
+        assert sites[0][records.LEDGER_PREVIOUS] == ledger.genesis()
+        assert sites[-1][records.LEDGER_HEAD] == ledger.witness_head().head == ledger.head()[1]
+    for before, after in zip(sites[:3], sites[1:4], strict=True):
+        assert after[records.LEDGER_PREVIOUS] == before[records.LEDGER_HEAD] != after[records.LEDGER_HEAD]
+    assert sites[4][records.LEDGER_HEAD] == sites[3][records.LEDGER_HEAD]
+
+    rounds: list[dict] = []
+    witness = Witness(tmp_path / "server" / "ledger-witness.jsonl")
+    strategy = SiteRounds(make_strategy("fedavg", min_sites=1, fraction_train=1.0), local_steps=3,
+                          on_round_end=lambda r, rec: rounds.append(rec), witness=witness)
+    for server_round, reply in enumerate(replies, start=1):
+        strategy.aggregate_train(server_round, [_reply(11, reply)])
+    assert [s.get("witness") for r in rounds for s in r["sites"]] == [None] * 5
+    assert [(o.seq, o.head) for o in witness.observations("bank-a")] == [
+        (s[records.LEDGER_SEQ], s[records.LEDGER_HEAD]) for s in sites[:4]]
+    # the operator restores the backup taken after round 1; round 6 trains on it
+    shutil.copy(tmp_path / "backup.sqlite", cfg["ledger"])
+    restored = handle_train(train_content(6, 3), ctx, session_factory=FakeSession)
+    assert restored.config_records[records.SITE]["status"] == records.TRAINED  # the site cannot tell
+    assert restored.config_records[records.SITE][records.LEDGER_SEQ] == 2
+    arrays, metrics = strategy.aggregate_train(6, [_reply(11, restored)])
+    (entry,) = rounds[-1]["sites"]
+    assert arrays is None and metrics["sites-trained"] == 0 and not rounds[-1]["aggregated"]
+    assert entry["status"] == records.FAILED and "went backwards: checkpoint 2 after 4" in entry["witness"]
+    assert entry["reason"].startswith("rejected reply: the ledger of site 'bank-a' went backwards")
+    json.dumps(rounds)  # the round log stays writable
+
+
+def test_an_unreadable_witness_file_stops_the_run_before_its_first_round(tmp_path: Path) -> None:
+    from graphveil.connectors.flower.server import run_federation
+    from graphveil.ledger_witness import WitnessError
+
+    witness = tmp_path / "witness.jsonl"
+    witness.write_text('{"site": "a", "seq": 1, "head": "zz", "time": 1}\n')
+    run_config = {**RUN_CONFIG, "output-dir": str(tmp_path / "out"), "ledger-witness": str(witness)}
+    grid = LocalGrid({1: site_context(1, node_config(tmp_path, "a"), run_config)})
+    with pytest.raises(WitnessError, match=f"{witness}, line 1: ledger head 'zz'"):
+        run_federation(grid, FederationSettings.from_run_config(run_config), run_id=4, encoder=FakeEncoder(seed=5))
+    assert grid.sent == []
+
+
+def test_a_trained_reply_without_a_ledger_head_is_not_aggregated() -> None:
+    rounds: list[dict] = []
+    strategy = SiteRounds(make_strategy("fedavg", min_sites=1, fraction_train=1.0), local_steps=3,
+                          on_round_end=lambda r, rec: rounds.append(rec))
+    bare = _trained(1, "a", 1.0)
+    for key in records.LEDGER_KEYS:
+        del bare.content[records.SITE][key]
+    bad = _trained(2, "b", 1.0)
+    bad.content[records.SITE][records.LEDGER_HEAD] = "not a hash"
+    arrays, _ = strategy.aggregate_train(1, [bare, bad, _trained(3, "c", 3.0)])
+    np.testing.assert_allclose(arrays["w"].numpy(), np.full((2, 2), 3.0))  # c only
+    status = {s["site"]: (s["status"], s["reason"]) for s in rounds[0]["sites"]}
+    assert status["a"][0] == status["b"][0] == records.FAILED and "no valid ledger head" in status["a"][1]
+    assert "malformed: ledger-head 'not a hash'" in next(s for s in rounds[0]["sites"] if s["site"] == "b")["ledger"]
 
 
 # ---------------------------------------------------------------------------------------- server
@@ -226,11 +322,19 @@ def _reply(node: int, content: RecordDict) -> Message:
     return Message(content, reply_to=Message(RecordDict(), node, "train"))
 
 
-def _trained(node: int, name: str, value: float, steps: int = 3) -> Message:
+def _head(seq: int, tag: str = "") -> WitnessHead:
+    """A witness head as a site's ledger would send it (distinct hex per (seq, tag))."""
+    def digest(n: int) -> str:
+        return hashlib.sha256(f"{tag}:{n}".encode()).hexdigest()
+
+    return WitnessHead(seq, digest(seq), digest(seq - 1) if seq else None)
+
+
+def _trained(node: int, name: str, value: float, steps: int = 3, head: WitnessHead | None = None) -> Message:
     state = {"w": torch.full((2, 2), value)}
     metrics = {"num-steps": steps, "epsilon": 1.0, "delta": DELTA, "epsilon-budget": 4.0,
                "noise-multiplier": SIGMA, "mrr": 0.3, "prec1": 0.2}
-    return _reply(node, records.trained_content(name, state, metrics))
+    return _reply(node, records.trained_content(name, state, metrics, ledger_head=head or _head(1, name)))
 
 
 def test_strategy_aggregates_trained_replies_only_and_logs_each_site(tmp_path: Path) -> None:
@@ -317,6 +421,16 @@ def test_server_loop_in_process_survives_a_refusal_and_a_dropout(tmp_path: Path)
                         {"a": "trained", "b": "failed", "c": "refused"}]
     assert summary["rounds"] == 3 and summary["rounds-aggregated"] == 3
     assert summary["sites"]["c"]["epsilon"] == pytest.approx(budget_c)
+    # the witness, kept beside the run folders: each site's checkpoints as its replies carried them
+    # (c: trained, then refused twice as spent, before any ledger row: its checkpoint stays 1)
+    from graphveil.ledger_witness import Witness
+
+    assert summary["ledger-witness"] == str(tmp_path / "out" / "ledger-witness.jsonl")
+    witness = Witness(summary["ledger-witness"])
+    assert {n: [o.seq for o in witness.observations(n)] for n in "abc"} == {"a": [1, 2, 3], "b": [1, 2], "c": [1]}
+    for name in "abc":
+        with PrivacyLedger(sites[" abc".index(name)]["ledger"]) as ledger:
+            assert witness.observations(name)[-1].head == ledger.witness_head().head
     # every message the server sent carried the global adapter and the round's config only
     assert all(set(m.content.keys()) == {"arrays", "config"} for m in grid.sent)
     assert {int(m.content["config"]["local-steps"]) for m in grid.sent} == {3}
@@ -364,7 +478,7 @@ def test_the_site_owns_delta(tmp_path: Path) -> None:
                          session_factory=FakeSession)
     assert reply.config_records[records.SITE]["status"] == records.REFUSED
     assert "task.privacy.delta" in reply.config_records[records.SITE]["reason"]
-    assert not Path(node_config(tmp_path)["ledger"]).exists()
+    assert ledger_rows(node_config(tmp_path)) == ["bind"]  # nothing reserved
     reply = handle_train(train_content(), site_context(11, node_config(tmp_path, delta=1e-6), RUN_CONFIG),
                          session_factory=FakeSession)
     assert reply.metric_records[records.METRICS]["delta"] == 1e-6
@@ -385,7 +499,7 @@ def test_a_ledger_from_another_mechanism_is_a_refusal_that_names_no_numbers(tmp_
     site = reply.config_records[records.SITE]
     assert site["status"] == records.REFUSED and "ledger" in site["reason"]
     assert "test_other_mechanism" not in site["reason"]  # details stay in the site's log
-    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+    with PrivacyLedger(cfg["ledger"]) as ledger:
         assert [e.status for e in ledger.entries()] == ["released"]
 
 
@@ -417,14 +531,14 @@ def test_malformed_arrays_from_the_server_are_refused_before_any_spend(tmp_path:
     cfg = node_config(tmp_path)
     ctx = site_context(11, cfg, RUN_CONFIG)
     handle_train(train_content(1, 3), ctx, session_factory=FakeSession)
-    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+    with PrivacyLedger(cfg["ledger"]) as ledger:
         before = (ledger.spent_epsilon(), [(e.status, e.round) for e in ledger.entries()])
     for server_round in (2, 3):  # two bad rounds: still no spend (was ε 1.29 with nothing released)
         reply = handle_train(train_content(server_round, 3, state=_malformed(kind)), ctx, session_factory=FakeSession)
         site = reply.config_records[records.SITE]
         assert site["status"] == records.REFUSED and repr(key) in site["reason"], site["reason"]
         assert "malformed arrays" in site["reason"] and records.ARRAYS not in reply
-    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+    with PrivacyLedger(cfg["ledger"]) as ledger:
         assert (ledger.spent_epsilon(), [(e.status, e.round) for e in ledger.entries()]) == before
 
 

@@ -204,6 +204,15 @@ def test_node_config_toml_and_site_dry_run(tmp_path: Path, capsys) -> None:
     assert SiteSettings.from_toml(toml).epsilon_budget == 4.0
     args = _parse(["fed", "site", "--node-config", str(toml), "--superlink", "127.0.0.1:8000",
                    "--ca", str(tmp_path / "ca.crt"), "--key", str(tmp_path / "site.key"), "--port", "9101", "--dry-run"])
+    # the site never makes its own ledger: the operator runs `graphveil budget init` once
+    with pytest.raises(ConfigError, match=f"ledger: {tmp_path / 'l.sqlite'} does not exist; .*"
+                                          f"`graphveil budget init --ledger {tmp_path / 'l.sqlite'} --site bank-a`"):
+        args.func(args)
+    assert not (tmp_path / "l.sqlite").exists()
+    from graphveil.apps.cli import main
+
+    assert main(["budget", "init", "--ledger", str(tmp_path / "l.sqlite"), "--site", "bank-a"]) == 0
+    capsys.readouterr()
     assert args.func(args) == 0
     # the dry run prints the app-pinning guard's command line, then the SuperNode's
     (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.split()[0].endswith("flower-supernode")]
@@ -211,6 +220,15 @@ def test_node_config_toml_and_site_dry_run(tmp_path: Path, capsys) -> None:
     assert cmd[cmd.index("--node-config") + 1] == str(toml)
     assert cmd[cmd.index("--auth-supernode-private-key") + 1] == str(tmp_path / "site.key")
     assert "--insecure" not in cmd
+    # an anchor the node config names must exist: only init (or init --reanchor) writes one
+    anchor = tmp_path / "anchor" / "l.head"
+    toml.write_text(toml.read_text() + f'ledger-anchor = "{anchor}"\n')
+    with pytest.raises(ConfigError, match="ledger-anchor: .* does not exist; .*--reanchor"):
+        args.func(args)
+    assert not anchor.exists()
+    (tmp_path / "l.sqlite.key").unlink()
+    with pytest.raises(ConfigError, match=r"ledger \(its site key\): .*l\.sqlite\.key does not exist"):
+        args.func(args)
     # a broken node config is refused before Flower starts
     toml.write_text('site-name = "bank-a"\n')
     args = _parse(["fed", "site", "--node-config", str(toml), "--superlink", "h:1", "--ca", str(tmp_path / "ca.crt"),

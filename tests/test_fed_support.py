@@ -256,6 +256,29 @@ class LocalGrid:
         return self.pull_messages(self.push_messages(messages))
 
 
+def init_site_ledger(node_config: dict[str, Any]) -> dict[str, Any]:
+    """What a site's operator does once before its SuperNode starts (``graphveil budget init``):
+    the ledger, its key and its anchor, for the node config's ``ledger`` and ``ledger-anchor``."""
+    from graphveil.ledger import init_ledger
+
+    init_ledger(node_config["ledger"], site=node_config["site-name"],
+                anchor=node_config.get("ledger-anchor")).close()
+    return node_config
+
+
+def public_view(content: Any) -> dict[str, Any]:
+    """What a reply shows a server that cannot tell two keyed hashes apart: every field, shape and
+    scalar, with the ledger heads (HMACs under each site's own key) reduced to their length."""
+    from graphveil.connectors.flower import records
+
+    view = records.describe_content(content)
+    values = view.get(records.SITE, {}).get("values", {})
+    for key in ("ledger-head", "ledger-previous"):
+        if isinstance(values.get(key), str):
+            values[key] = f"<{len(values[key])} hex>"
+    return view
+
+
 def site_context(node_id: int, node_config: dict[str, Any], run_config: dict[str, Any], run_id: int = 1) -> Any:
     from flwr.app import Context, RecordDict
 

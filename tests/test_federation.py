@@ -20,6 +20,7 @@ import torch
 
 from graphveil.connectors.flower.loopback import (
     APP,
+    BIN,
     LoopbackFederation,
     write_node_config,
 )
@@ -100,6 +101,7 @@ def federation(tmp_path_factory) -> Federation:
         loop.start_server()
         loop.register(SITES)
         for name in SITES:
+            loop.init_ledger(node_configs[name])
             loop.start_site(name, node_configs[name])
         loop.wait_online(len(SITES))
         run_dir, seconds, _ = loop.run({**RUN_CONFIG, "output-dir": str(root / "server-out")})
@@ -167,6 +169,25 @@ def test_each_ledger_matches_the_accountant_and_stays_within_budget(federation: 
         assert [e.status for e in ledger.entries()] == ["released", "refused"]
 
 
+def test_the_server_witnessed_each_ledger_head_and_each_ledger_holds_them(federation: Federation) -> None:
+    """Every reply carried its site's ledger head; the ServerApp kept them in the witness file next
+    to the run folders, and ``graphveil budget verify --witness`` at each site finds them all."""
+    from graphveil.ledger import PrivacyLedger
+    from graphveil.ledger_witness import Witness
+
+    path = federation.root / "server-out" / "ledger-witness.jsonl"
+    witness = Witness(path)
+    assert witness.sites().keys() == set(SITES) and not any(s["flagged"] for s in witness.sites().values())
+    for name in SITES:
+        ledger_path = federation.root / "ledgers" / f"{name}.sqlite"
+        with PrivacyLedger(ledger_path) as ledger:
+            head = ledger.witness_head()
+        # one checkpoint per round: site-3 released round 1 and refused round 2 (a refuse row)
+        assert [(o.seq, o.head) for o in witness.observations(name)][-1] == (ROUNDS, head.head)
+        assert [o.seq for o in witness.observations(name)] == list(range(1, ROUNDS + 1))
+        federation.loop.command([BIN / "graphveil", "budget", "verify", "--ledger", ledger_path, "--witness", path])
+
+
 def test_server_received_only_adapters_and_scalars(federation: Federation) -> None:
     from graphveil.connectors.flower import records
 
@@ -194,13 +215,15 @@ def test_unregistered_supernode_is_rejected(federation: Federation) -> None:
     config = federation.root / "intruder.toml"
     shutil.copy(federation.node_configs["site-1"], config)
     config.write_text(config.read_text().replace("site-1.sqlite", "intruder.sqlite"))
+    loop.init_ledger(config)  # a ledger of its own, so its SuperNode gets as far as the SuperLink
+    ledger = (federation.root / "ledgers" / "intruder.sqlite").read_bytes()
     proc = loop.start_site("intruder", config, "--max-retries", "1")
     code = proc.wait(timeout=120)
     assert code != 0
     assert "Failed to activate SuperNode" in loop.log("intruder")
     assert "No SuperNode found with the given public key" in loop.log("superlink")
     assert len(loop.online()) == len(SITES)
-    assert not (federation.root / "ledgers" / "intruder.sqlite").exists()
+    assert (federation.root / "ledgers" / "intruder.sqlite").read_bytes() == ledger  # never used
 
 
 def test_fewer_sites_than_min_sites_fail_the_run_after_sites_timeout(federation: Federation) -> None:

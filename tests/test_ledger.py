@@ -27,6 +27,8 @@ from graphveil.ledger import (
     LedgerBindingError,
     LedgerError,
     PrivacyLedger,
+    WitnessHead,
+    init_ledger,
 )
 from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
 from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant
@@ -38,6 +40,7 @@ from graphveil.profiles import (
     SensitivityKind,
     SensitivityProfile,
 )
+from graphveil.site_key import key_path_for
 
 DELTA = 1e-5
 RATE = 0.02
@@ -74,7 +77,7 @@ def _sql(path: Path, stmt: str, *args) -> None:
 
 
 def test_fresh_ledger_is_empty(tmp_path: Path) -> None:
-    with PrivacyLedger(tmp_path / "sub" / "ledger.sqlite") as ledger:
+    with init_ledger(tmp_path / "sub" / "ledger.sqlite") as ledger:
         assert ledger.spent_epsilon() == 0.0
         assert ledger.total_rdp() is None
         assert ledger.total_steps() == 0
@@ -82,13 +85,17 @@ def test_fresh_ledger_is_empty(tmp_path: Path) -> None:
         count, head = ledger.head()
         assert count == 0 and head == ledger.genesis() and len(head) == 64
         assert ledger.verify().ok
-        assert ledger.meta()["schema_version"] == str(SCHEMA_VERSION) == "2"
+        assert ledger.meta()["schema_version"] == str(SCHEMA_VERSION) == "3"
+        assert ledger.witness_head() == WitnessHead(0, ledger.genesis(), None)
+    key = key_path_for(tmp_path / "sub" / "ledger.sqlite")
+    assert key.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["ledger.sqlite", "ledger.sqlite.key"]
 
 
 def test_spend_composes_across_rounds_and_runs_like_dp_accounting_and_opacus(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     history = [(1.2, RATE, 10), (1.2, RATE, 10), (0.8, RATE, 5)]
-    with PrivacyLedger(path) as ledger:
+    with init_ledger(path) as ledger:
         for sigma, _, steps in history[:2]:
             _round(ledger, steps, sigma, budget=50.0, site="a", run="run-1")
     # A new run (new process would do the same) reopens the file and keeps counting; its own
@@ -107,7 +114,7 @@ def test_spend_composes_across_rounds_and_runs_like_dp_accounting_and_opacus(tmp
 def test_runs_with_different_gamma_and_sigma_compose_their_rdp_curves(tmp_path: Path) -> None:
     """A change of batch size (γ) and σ is another increment on the same ledger, never a refusal."""
     runs = [(0.02, 1.1, 30), (0.05, 0.9, 12), (0.01, 2.0, 50)]
-    with PrivacyLedger(tmp_path / "l.sqlite") as ledger:
+    with init_ledger(tmp_path / "l.sqlite") as ledger:
         for rate, sigma, steps in runs:
             eps = _round(ledger, steps, sigma, budget=50.0, rate=rate, site="a")
         total = sum(steps * edge(rate).rdp_curve(sigma) for rate, sigma, steps in runs)
@@ -130,7 +137,7 @@ def test_mechanisms_of_one_unit_compose(tmp_path: Path) -> None:
     freq.bind(SamplingProfile(SamplingKind.COUPLED_POISSON_WOR, 0.03, num_records=400, num_nodes=200,
                               degree_cap=2, k_neg=1),
               SensitivityProfile(SensitivityKind.FREQ_CLIP_NODE, PrivacyUnit.NODE, 1.0))
-    with PrivacyLedger(tmp_path / "l.sqlite") as ledger:
+    with init_ledger(tmp_path / "l.sqlite") as ledger:
         for acc, sigma, steps in ((node(), 1.5, 6), (freq, 2.0, 4)):
             res = ledger.reserve(acc, noise_multiplier=sigma, steps=steps, delta=DELTA, budget=500.0)
             acc.step(noise_multiplier=sigma, num_steps=steps)  # reserve read only its per-step curve
@@ -141,7 +148,7 @@ def test_mechanisms_of_one_unit_compose(tmp_path: Path) -> None:
 
 
 def test_node_level_spend_is_refused_on_an_edge_ledger_naming_the_unit(tmp_path: Path) -> None:
-    with PrivacyLedger(tmp_path / "l.sqlite") as ledger:
+    with init_ledger(tmp_path / "l.sqlite") as ledger:
         _round(ledger, 4, 1.0, budget=50.0, site="a")
         with pytest.raises(LedgerBindingError, match="privacy unit 'edge'") as info:
             ledger.reserve(node(), noise_multiplier=1.0, steps=3, delta=DELTA, budget=50.0)
@@ -153,7 +160,7 @@ def test_node_level_spend_is_refused_on_an_edge_ledger_naming_the_unit(tmp_path:
 
 
 def test_refuses_past_budget_and_records_the_refusal(tmp_path: Path) -> None:
-    with PrivacyLedger(tmp_path / "l.sqlite") as ledger:
+    with init_ledger(tmp_path / "l.sqlite") as ledger:
         spent = _round(ledger, 20, 1.0, budget=3.0, site="a")
         one_more = dp_accounting_epsilon([(1.0, RATE, 40)], DELTA)
         with pytest.raises(BudgetExhaustedError, match="past its budget") as info:
@@ -179,7 +186,7 @@ def test_refuses_past_budget_and_records_the_refusal(tmp_path: Path) -> None:
 def test_odometer_never_exceeds_budget_and_refuses_exactly_when_it_would(tmp_path_factory, requests, budget) -> None:
     path = tmp_path_factory.mktemp("prop") / "l.sqlite"
     accepted: list[tuple[float, float, int]] = []
-    with PrivacyLedger(path) as ledger:
+    with init_ledger(path) as ledger:
         for steps, sigma, rate in requests:
             trial = [*accepted, (sigma, rate, steps)] if steps else accepted
             would = dp_accounting_epsilon(trial, DELTA) if trial else 0.0
@@ -211,7 +218,7 @@ os._exit(9)   # killed mid-round: after the reservation, before the release
 
 def test_site_killed_mid_round_never_undercounts(tmp_path: Path) -> None:
     path = tmp_path / "l.sqlite"
-    with PrivacyLedger(path) as ledger:
+    with init_ledger(path) as ledger:
         _round(ledger, 10, 1.0, budget=10.0, site="a")
     code = _CRASH.format(tests=str(Path(__file__).parent), path=str(path))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -232,7 +239,7 @@ def _reserve_many(path: str, n: int) -> None:
 
 def test_concurrent_rounds_at_one_site_all_count(tmp_path: Path) -> None:
     path = str(tmp_path / "l.sqlite")
-    PrivacyLedger(path).close()
+    init_ledger(path).close()
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_reserve_many, args=(path, 4)) for _ in range(2)]
     for p in procs:
@@ -247,7 +254,7 @@ def test_concurrent_rounds_at_one_site_all_count(tmp_path: Path) -> None:
 
 
 def test_release_records_a_larger_curve_and_withholds_past_budget(tmp_path: Path) -> None:
-    with PrivacyLedger(tmp_path / "l.sqlite") as ledger:
+    with init_ledger(tmp_path / "l.sqlite") as ledger:
         res = ledger.reserve(edge(), noise_multiplier=1.0, steps=5, delta=DELTA, budget=2.0)
         ran_more = edge()
         ran_more.step(noise_multiplier=1.0, num_steps=8)  # the session did more than it reserved
@@ -272,7 +279,7 @@ def test_release_records_a_larger_curve_and_withholds_past_budget(tmp_path: Path
 
 def test_release_checks_the_curve_of_the_run_not_its_epsilon(tmp_path: Path) -> None:
     """A run at another γ whose curve exceeds the reserved one at some order is caught."""
-    with PrivacyLedger(tmp_path / "l.sqlite") as ledger:
+    with init_ledger(tmp_path / "l.sqlite") as ledger:
         res = ledger.reserve(edge(0.02), noise_multiplier=1.0, steps=10, delta=DELTA, budget=50.0)
         other = edge(0.04)  # the batch grew after reserving
         other.step(noise_multiplier=1.0, num_steps=10)
@@ -282,7 +289,7 @@ def test_release_checks_the_curve_of_the_run_not_its_epsilon(tmp_path: Path) -> 
 
 
 def test_a_larger_spend_behind_a_newer_reservation_is_withheld(tmp_path: Path) -> None:
-    with PrivacyLedger(tmp_path / "l.sqlite") as ledger:
+    with init_ledger(tmp_path / "l.sqlite") as ledger:
         first = ledger.reserve(edge(), noise_multiplier=1.0, steps=5, delta=DELTA, budget=9.0)
         second = ledger.reserve(edge(), noise_multiplier=1.0, steps=5, delta=DELTA, budget=9.0)
         ran_more = edge()
@@ -300,7 +307,7 @@ def test_a_larger_spend_behind_a_newer_reservation_is_withheld(tmp_path: Path) -
 
 
 def test_mismatched_delta_site_or_grid_is_refused_without_advising_a_separate_ledger(tmp_path: Path) -> None:
-    with PrivacyLedger(tmp_path / "l.sqlite") as ledger:
+    with init_ledger(tmp_path / "l.sqlite") as ledger:
         _round(ledger, 2, 1.0, budget=5.0, site="a")
         cases = [
             ("delta", dict(accountant=edge(), delta=2e-5)),
@@ -331,10 +338,11 @@ def test_not_a_ledger_and_missing_file_are_clear_errors(tmp_path: Path) -> None:
     junk.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(LedgerError, match="not a GraphVeil privacy ledger"):
         PrivacyLedger(junk)
-    with pytest.raises(LedgerError, match="no such ledger"):
-        PrivacyLedger(tmp_path / "missing.sqlite", create=False)
+    with pytest.raises(LedgerError, match="no such ledger file; .*graphveil budget init"):
+        PrivacyLedger(tmp_path / "missing.sqlite")
+    assert not (tmp_path / "missing.sqlite").exists()
     newer = tmp_path / "newer.sqlite"
-    PrivacyLedger(newer).close()
+    init_ledger(newer).close()
     _sql(newer, "UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(LedgerError, match="schema version 99"):
         PrivacyLedger(newer)
@@ -344,7 +352,7 @@ def test_not_a_ledger_and_missing_file_are_clear_errors(tmp_path: Path) -> None:
 
 
 def _spent_ledger(path: Path) -> float:
-    with PrivacyLedger(path) as ledger:
+    with init_ledger(path) as ledger:
         _round(ledger, 10, 1.0, budget=20.0, site="a", run="1")
         _round(ledger, 10, 1.0, budget=20.0, site="a", run="2")
         return _round(ledger, 10, 1.0, budget=20.0, site="a", run="3")
@@ -394,7 +402,8 @@ def test_an_epsilon_edit_names_the_first_bad_row(tmp_path: Path) -> None:
 
 def test_an_anchor_catches_a_restored_backup(tmp_path: Path) -> None:
     path, anchor = tmp_path / "site" / "l.sqlite", tmp_path / "elsewhere" / "anchor.json"
-    with PrivacyLedger(path, anchor=anchor) as ledger:
+    with init_ledger(path, anchor=anchor) as ledger:  # init writes the first anchor
+        assert json.loads(anchor.read_text()) == {"count": 0, "hash": ledger.genesis()}
         _round(ledger, 10, 1.0, budget=20.0, site="a")
         assert json.loads(anchor.read_text()) == dict(zip(("count", "hash"), ledger.head(), strict=True))
     backup = tmp_path / "backup.sqlite"
@@ -411,20 +420,50 @@ def test_an_anchor_catches_a_restored_backup(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match=f"rolled back or replaced: anchor says {head[0]} entries"):
         PrivacyLedger(path, anchor=anchor)
     assert json.loads(anchor.read_text()) == {"count": head[0], "hash": head[1]}  # evidence kept
-    # replacing the file by a fresh one is caught as well
+    # replacing the file by a fresh one is refused: no ledger is made on open, and init neither
+    # overwrites the anchor nor replaces the key
     path.unlink()
-    with pytest.raises(LedgerError, match="rolled back or replaced"):
+    with pytest.raises(LedgerError, match="no such ledger file"):
         PrivacyLedger(path, anchor=anchor)
+    with pytest.raises(LedgerError, match="anchor file already exists"):
+        init_ledger(path, site="a", anchor=anchor)
+    with pytest.raises(LedgerError, match="site key already exists"):
+        init_ledger(path, site="a")
+    assert not path.exists()
+
+
+def test_an_anchor_is_made_only_by_init_and_a_lost_one_only_by_reanchor(tmp_path: Path) -> None:
+    """The second attack of issue 25: restore a backup, delete the anchor. Opening used to
+    re-anchor silently at the restored head; now it is refused, and the anchor stays absent."""
+    path, anchor = tmp_path / "l.sqlite", tmp_path / "anchor" / "head.json"
+    with init_ledger(path, anchor=anchor) as ledger:
+        _round(ledger, 5, 1.0, budget=20.0, site="a")
+    backup = tmp_path / "backup.sqlite"
+    shutil.copy(path, backup)
+    with PrivacyLedger(path, anchor=anchor) as ledger:
+        _round(ledger, 5, 1.0, budget=20.0, site="a")
+    shutil.copy(backup, path)
+    anchor.unlink()
+    for _ in range(2):  # refused every time: the failed open wrote nothing
+        with pytest.raises(LedgerError, match="anchor .* does not exist.*--reanchor"):
+            PrivacyLedger(path, anchor=anchor)
+        assert not anchor.exists()
+    with pytest.raises(LedgerError, match="already initialised"):
+        init_ledger(path, anchor=anchor)
+    # only the explicit re-anchor writes it, at the current (restored) head
+    with init_ledger(path, anchor=anchor, reanchor=True) as ledger:
+        assert json.loads(anchor.read_text()) == dict(zip(("count", "hash"), ledger.head(), strict=True))
+    with pytest.raises(LedgerError, match="the anchor exists"):
+        init_ledger(path, anchor=anchor, reanchor=True)
 
 
 def test_an_anchor_that_is_behind_is_fine_and_catches_up(tmp_path: Path) -> None:
     path, anchor = tmp_path / "l.sqlite", tmp_path / "anchor.json"
-    with PrivacyLedger(path) as ledger:
+    with init_ledger(path, anchor=anchor) as ledger:
         _round(ledger, 5, 1.0, budget=20.0, site="a")
-    with PrivacyLedger(path, anchor=anchor) as ledger:  # first use: anchored at the current head
-        assert json.loads(anchor.read_text())["count"] == ledger.head()[0]
     with PrivacyLedger(path) as ledger:  # a write without the anchor (crash before the anchor write)
         _round(ledger, 5, 1.0, budget=20.0, site="a")
+    assert json.loads(anchor.read_text())["count"] < 5
     with PrivacyLedger(path, anchor=anchor) as ledger:
         assert ledger.verify().ok
         _round(ledger, 5, 1.0, budget=20.0, site="a")
@@ -470,8 +509,10 @@ def _v1_ledger(path: Path, history: list[tuple[float, int]], mechanism: str = "e
 def test_a_v1_ledger_is_migrated_to_its_exact_rdp_curve(tmp_path: Path) -> None:
     path = tmp_path / "v1.sqlite"
     v1_eps = _v1_ledger(path, [(1.0, 10), (0.8, 5)])
-    with PrivacyLedger(path, create=False) as ledger:
-        assert ledger.meta()["schema_version"] == "2"
+    with pytest.raises(LedgerError, match="without a site key; `graphveil budget init"):  # needs the key
+        PrivacyLedger(path)
+    with init_ledger(path, site="a") as ledger:  # makes the key, then migrates under it
+        assert ledger.meta()["schema_version"] == "3"
         assert ledger.spent_epsilon() == pytest.approx(v1_eps, rel=1e-12)
         (migrated,) = ledger.entries()
         assert migrated.status == "migrated" and migrated.steps == 15 and "schema v1" in migrated.note
@@ -493,10 +534,67 @@ def test_a_v1_ledger_that_cannot_be_rebuilt_is_left_untouched(tmp_path: Path) ->
     path = tmp_path / "v1.sqlite"
     _v1_ledger(path, [(1.0, 10)], mechanism="no_such_accountant")
     before = path.read_bytes()
-    with pytest.raises(LedgerError, match="graphveil budget migrate") as info:
-        PrivacyLedger(path)
+    with pytest.raises(LedgerError, match="graphveil budget init") as info:
+        init_ledger(path)
     assert "no_such_accountant" in str(info.value) and "separate ledger" not in str(info.value)
     assert path.read_bytes() == before
+    assert not key_path_for(path).exists()  # a failed init leaves no key behind
+
+
+def _v2_ledger(path: Path) -> tuple[float, int, str]:
+    """A schema-2 ledger as the old code wrote it (the same rows, an unkeyed SHA-256 chain, no
+    key file): two released rounds. Returns (ε spent, rows, head)."""
+    import hashlib
+
+    from graphveil.ledger import _canonical, _normalize
+
+    with init_ledger(path) as ledger:
+        _round(ledger, 10, 1.0, budget=20.0, site="a")
+        spent = _round(ledger, 5, 1.0, budget=20.0, site="a")
+        rows = ledger._rows()
+        meta = ledger.meta()
+    prev = hashlib.sha256(_canonical({"ledger": "graphveil-privacy-ledger", "ledger_id": meta["ledger_id"],
+                                      "created": meta["created"]}).encode()).hexdigest()
+    with sqlite3.connect(path) as db:
+        for row in rows:
+            row["prev_hash"] = prev
+            prev = hashlib.sha256(_canonical(_normalize(row)).encode()).hexdigest()
+            db.execute("UPDATE entries SET prev_hash = ?, hash = ? WHERE id = ?", (row["prev_hash"], prev, row["id"]))
+        db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    key_path_for(path).unlink()
+    return spent, len(rows), prev
+
+
+def test_a_schema_2_ledger_is_rechained_under_a_new_key_by_init_only(tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite"
+    spent, count, old_head = _v2_ledger(path)
+    with pytest.raises(LedgerError, match="schema-2 ledger .*`graphveil budget init --ledger"):
+        PrivacyLedger(path)
+    with pytest.raises(LedgerError, match="bound to site 'a', not 'b'"):
+        init_ledger(path, site="b")
+    assert not key_path_for(path).exists()
+    with init_ledger(path, site="a") as ledger:
+        assert ledger.verify().ok and ledger.spent_epsilon() == spent
+        assert [e.status for e in ledger.entries()] == ["released", "released"]
+        events = ledger.events()
+        assert len(events) == count + 1 and events[-1]["kind"] == "rekey"
+        assert json.loads(events[-1]["note"]) == {"from_schema": 2, "unkeyed_count": count, "unkeyed_head": old_head}
+        assert ledger.witness_head().seq == 2  # the old rounds are checkpoints of the keyed chain
+        _round(ledger, 1, 1.0, budget=20.0, site="a")  # and spend goes on
+    with sqlite3.connect(path) as db:  # the unkeyed rows are kept for audit
+        assert db.execute("SELECT hash FROM entries_v2 ORDER BY id DESC LIMIT 1").fetchone()[0] == old_head
+    with pytest.raises(LedgerError, match="already initialised"):
+        init_ledger(path)
+
+
+def test_a_schema_2_ledger_that_fails_verification_is_not_rechained(tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite"
+    _v2_ledger(path)
+    _sql(path, "UPDATE entries SET epsilon = 0.001 WHERE id = 3")
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match="schema-2 chain fails verification at row 3.*nothing changed"):
+        init_ledger(path, site="a")
+    assert path.read_bytes() == before and not key_path_for(path).exists()
 
 
 # ------------------------------------------------------------------------------ record sets
@@ -505,7 +603,7 @@ def test_a_v1_ledger_that_cannot_be_rebuilt_is_left_untouched(tmp_path: Path) ->
 def test_records_round_trip_are_chained_and_cannot_be_replaced(tmp_path: Path) -> None:
     path = tmp_path / "l.sqlite"
     records = torch.tensor([[0, 1], [1, 2], [5, 3]], dtype=torch.int64)
-    with PrivacyLedger(path) as ledger:
+    with init_ledger(path) as ledger:
         assert ledger.load_records("train") is None
         ledger.save_records("train", records)
         ledger.save_records("train", records.clone())  # same content: a no-op
@@ -519,7 +617,7 @@ def test_records_round_trip_are_chained_and_cannot_be_replaced(tmp_path: Path) -
         assert torch.equal(ledger.load_records("train"), records) and ledger.head() == head
     # a silent replacement of Ē is caught
     other = tmp_path / "o.sqlite"
-    with PrivacyLedger(other) as ledger:
+    with init_ledger(other) as ledger:
         ledger.save_records("train", records[:2])
     with sqlite3.connect(other) as db:
         blob, sha = db.execute("SELECT data, sha256 FROM records").fetchone()
@@ -539,7 +637,7 @@ def test_budget_show_cli(tmp_path: Path, capsys) -> None:
     from graphveil.apps.cli import main
 
     path = tmp_path / "l.sqlite"
-    with PrivacyLedger(path) as ledger:
+    with init_ledger(path) as ledger:
         eps = _round(ledger, 10, 1.0, budget=4.0, site="bank-a", run="7", round=1)
         with pytest.raises(BudgetExhaustedError):
             _round(ledger, 5000, 0.5, budget=4.0, site="bank-a", run="7", round=2)
@@ -568,6 +666,13 @@ def test_budget_verify_and_head_cli(tmp_path: Path, capsys) -> None:
     from graphveil.apps.cli import main
 
     path, anchor = tmp_path / "l.sqlite", tmp_path / "anchor.json"
+    assert main(["budget", "init", "--ledger", str(path), "--anchor", str(anchor)]) == 2  # no --site
+    assert "--site NAME is required" in capsys.readouterr().err and not path.exists()
+    assert main(["budget", "init", "--ledger", str(path), "--site", "a", "--anchor", str(anchor)]) == 0
+    out = capsys.readouterr().out
+    assert "created" in out and str(key_path_for(path)) in out and anchor.is_file()
+    assert main(["budget", "init", "--ledger", str(path), "--site", "a"]) == 2
+    assert "already initialised" in capsys.readouterr().err
     with PrivacyLedger(path, anchor=anchor) as ledger:
         eps = _round(ledger, 10, 1.0, budget=4.0, site="a")
         count, head = ledger.head()
@@ -605,8 +710,10 @@ def test_budget_migrate_cli(tmp_path: Path, capsys) -> None:
 
     path = tmp_path / "v1.sqlite"
     v1_eps = _v1_ledger(path, [(1.0, 10)])
+    assert main(["budget", "migrate", "--ledger", str(path)]) == 2  # no key yet: init makes it
+    assert "graphveil budget init" in capsys.readouterr().err
+    assert main(["budget", "init", "--ledger", str(path)]) == 0
+    assert "upgraded from schema 1 to 3" in capsys.readouterr().out
     assert main(["budget", "migrate", "--ledger", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "migrated" in out and f"{v1_eps:.6g}" in out
-    assert main(["budget", "migrate", "--ledger", str(path)]) == 0
-    assert "already schema version 2" in capsys.readouterr().out
+    assert "already schema version 3" in out and f"{v1_eps:.6g}" in out

@@ -280,7 +280,7 @@ def test_unwritable_cache_folder_does_not_fail_the_preparation(tmp_path: Path) -
 
 def _site_rounds(tmp_path: Path, node: dict, rounds: range, caplog) -> list:
     """``handle_train`` for these rounds with real sessions (tiny-bert, 2 local steps)."""
-    from test_fed_support import site_context
+    from test_fed_support import init_site_ledger, site_context
 
     from graphveil.components import Encoder  # noqa: F401 - the encoder plugins register on import
     from graphveil.connectors.flower import records
@@ -295,6 +295,8 @@ def _site_rounds(tmp_path: Path, node: dict, rounds: range, caplog) -> list:
            "task.encoder.lora_layers": 1, "task.privacy.noise_multiplier": 2.0}
     task = FederationSettings.from_run_config(run).check_task()
     state = default_host().create("encoder", task.encoder.name, task.encoder.params, where="test").trainable_state()
+    if not Path(node["ledger"]).exists():  # the operator's `graphveil budget init`, once
+        init_site_ledger(node)
     ctx = site_context(3, node, run)
     from graphveil.site_key import create_site_key, key_path_for
 

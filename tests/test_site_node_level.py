@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_fed_support import site_context
+from test_fed_support import init_site_ledger, site_context
 
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.site import _real_session, handle_train
@@ -46,7 +46,7 @@ def test_a_node_level_site_keeps_one_capped_relation_set_across_rounds(tmp_path:
         "epsilon-budget": 1000.0, "ledger": str(tmp_path / "ledger.sqlite"), "delta": 1e-6,
         "privacy-unit": "node", "share-epsilon": True, "degree-cap": 3,
     }
-    ctx = site_context(3, node_config, RUN_CONFIG)
+    ctx = site_context(3, init_site_ledger(node_config), RUN_CONFIG)
 
     built = []
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from test_fed_support import site_context
+from test_fed_support import init_site_ledger, public_view, site_context
 
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.site import handle_train
@@ -71,9 +71,10 @@ def node_config(folder: Path, data: Path, **extra: Any) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     split = folder / "site.yaml"
     split.write_text(f"data:\n  split: {{train_fraction: {TRAIN_FRACTION}, seed: 0}}\n")
-    return {"site-name": "clinic", "data-source": "pyg", "data-path": str(data), "epsilon-budget": 100.0,
-            "delta": 1e-6, "privacy-unit": "edge", "min-records": 40, "ledger": str(folder / "ledger.sqlite"),
-            "site-config": str(split), "prepared-cache": "off", **extra}
+    cfg = {"site-name": "clinic", "data-source": "pyg", "data-path": str(data), "epsilon-budget": 100.0,
+           "delta": 1e-6, "privacy-unit": "edge", "min-records": 40, "ledger": str(folder / "ledger.sqlite"),
+           "site-config": str(split), "prepared-cache": "off", **extra}
+    return init_site_ledger(cfg)  # the site's operator ran `graphveil budget init` once
 
 
 class _Steps:
@@ -112,7 +113,7 @@ def test_the_attack_task_is_refused_by_the_default_policy_before_the_data_is_rea
     run = run_config(**{"encoder.normalize": False})
     replies = [_reply(tmp_path, name, target=target, node={}, run=run, state=_attack_state())
                for name, target in (("with", True), ("without", False))]
-    described = [records.describe_content(r) for r in replies]
+    described = [public_view(r) for r in replies]
     assert described[0] == described[1]
     assert described[0]["site"]["values"]["status"] == records.REFUSED
     assert "encoder.normalize" in described[0]["site"]["values"]["reason"]
@@ -132,7 +133,7 @@ def test_an_overflowing_entity_changes_no_reply_field_even_when_the_site_allows_
     logs = {True: _Steps(), False: _Steps()}
     replies = {target: _reply(tmp_path, f"d{int(target)}", target=target, node=node, run=run,
                               state=_attack_state(), steps=logs[target]) for target in (True, False)}
-    described = {t: records.describe_content(r) for t, r in replies.items()}
+    described = {t: public_view(r) for t, r in replies.items()}
     assert described[True] == described[False]
     assert described[True]["site"]["values"]["status"] == records.TRAINED
     sent = {t: records.state_from_arrays(r.array_records[records.ARRAYS]) for t, r in replies.items()}
@@ -158,7 +159,7 @@ def test_a_batch_size_sweep_gives_the_same_replies_on_graphs_of_different_sizes(
             content = records.train_content(records.arrays_from_state({"scale.weight": torch.ones(WIDTH)}), 1, 3)
             reply = handle_train(content, site_context(5, cfg, run_config(**{"sampler.batch_size": b})),
                                  session_factory=_factory(_Steps()))
-            seen.setdefault(b, []).append(records.describe_content(reply))
+            seen.setdefault(b, []).append(public_view(reply))
     statuses = {b: replies[0]["site"]["values"]["status"] for b, replies in seen.items()}
     for replies in seen.values():
         assert replies[0] == replies[1]

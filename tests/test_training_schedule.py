@@ -331,7 +331,7 @@ class _StepLog:
 def test_a_site_continues_one_schedule_across_rounds(tmp_path: Path) -> None:
     """2 rounds × 2 local steps, linear decay over T = 4: round 1 trains at lr·(1, 3/4), round 2
     at lr·(1/2, 1/4) — although the site builds a new session each round."""
-    from test_fed_support import site_context
+    from test_fed_support import init_site_ledger, site_context
 
     from graphveil.connectors.flower import records
     from graphveil.connectors.flower.partition import write_partition
@@ -361,7 +361,7 @@ def test_a_site_continues_one_schedule_across_rounds(tmp_path: Path) -> None:
 
     task = FederationSettings.from_run_config(run).check_task()
     state = default_host().create("encoder", task.encoder.name, task.encoder.params, where="test").trainable_state()
-    ctx = site_context(3, node, run)
+    ctx = site_context(3, init_site_ledger(node), run)
     for server_round in (1, 2):
         reply = handle_train(records.train_content(records.arrays_from_state(state), server_round, 2), ctx,
                              session_factory=factory)

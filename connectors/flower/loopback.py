@@ -3,8 +3,9 @@
 Used by the loopback federation test and the federation benchmark (from a source checkout:
 the scripts live in ``deploy/scripts``). It does what an operator and the sites do, with the
 same scripts and CLI: make the CA/server certificate and site key pairs, start the SuperLink
-(TLS and SuperNode authentication on), save a flwr connection, register the site keys, start
-each site's SuperNode, and run the app with ``graphveil fed run``.
+(TLS and SuperNode authentication on), save a flwr connection, register the site keys, create
+each site's ledger (``graphveil budget init``), start each site's SuperNode, and run the app
+with ``graphveil fed run``.
 
 Every process is started in its own session and stopped by its process-group id (so the
 SuperExec and app processes Flower spawns stop with it).
@@ -134,6 +135,17 @@ class LoopbackFederation:
 
     def register(self, site_names: Iterable[str]) -> None:
         self.command([SCRIPTS / "register-sites.sh", CONNECTION, *(self.keys / f"{n}.pub" for n in site_names)])
+
+    def init_ledger(self, node_config: Path) -> None:
+        """The site operator's one-time step: ``graphveil budget init`` for the node config's
+        ``ledger`` (and ``ledger-anchor``), bound to its ``site-name``."""
+        import tomllib
+
+        values = tomllib.loads(Path(node_config).read_text(encoding="utf-8"))
+        argv = [BIN / "graphveil", "budget", "init", "--ledger", values["ledger"], "--site", values["site-name"]]
+        if "ledger-anchor" in values:
+            argv += ["--anchor", values["ledger-anchor"]]
+        self.command(argv)
 
     def start_site(self, name: str, node_config: Path, *extra: str, key: str | None = None,
                    process_name: str | None = None) -> subprocess.Popen:

@@ -14,18 +14,26 @@ Site → server (reply), and nothing else:
   ``share-utility-metrics`` (held-out scores). Both opt-ins are non-private releases
   (deploy/RUNBOOK.md §5).
 * ``site`` — ``site-name``, ``status`` (:data:`STATUSES`) and, when refused or failed, a
-  ``reason`` written by GraphVeil (never an exception text that could quote data). ``failed``
-  happens only before the spend is reserved; after it, every reply is ``trained``.
+  ``reason`` written by GraphVeil (never an exception text that could quote data); and, in every
+  reply sent after the site opened its ledger, the ledger's witness head (:data:`LEDGER_KEYS`,
+  :meth:`graphveil.ledger.PrivacyLedger.witness_head`): ``ledger-seq``, the number of rounds the
+  ledger has closed, ``ledger-head`` the keyed hash of the last of them and ``ledger-previous``
+  the one before — for the server's witness (:mod:`graphveil.ledger_witness`). The hashes are
+  HMACs under the site's key: they say nothing about the rows' values. ``failed`` happens only
+  before the spend is reserved; after it, every reply is ``trained``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+from graphveil.ledger import WitnessHead
 
 ARRAYS = "arrays"
 CONFIG = "config"
@@ -52,7 +60,11 @@ UTILITY_METRICS = ("mrr", "prec1")
 REFUSAL_METRICS = ("num-steps", "epsilon", "delta", "epsilon-budget", "projected-epsilon")
 #: Every metric key a reply may carry; the server ignores (and logs) any other.
 KNOWN_METRICS = tuple(dict.fromkeys(PRIVACY_METRICS + UTILITY_METRICS + REFUSAL_METRICS))
-SITE_KEYS = ("site-name", "status", "reason")
+#: The ledger's witness head in a reply's ``site`` record (every reply after the ledger opened).
+LEDGER_SEQ, LEDGER_HEAD, LEDGER_PREVIOUS = "ledger-seq", "ledger-head", "ledger-previous"
+LEDGER_KEYS = (LEDGER_SEQ, LEDGER_HEAD, LEDGER_PREVIOUS)
+SITE_KEYS = ("site-name", "status", "reason", *LEDGER_KEYS)
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 TRAINED, REFUSED, FAILED = "trained", "refused", "failed"
 STATUSES = (TRAINED, REFUSED, FAILED)
@@ -70,21 +82,51 @@ def train_content(arrays: ArrayRecord, server_round: int, local_steps: int) -> R
     return RecordDict({ARRAYS: arrays, CONFIG: ConfigRecord({SERVER_ROUND: server_round, LOCAL_STEPS: local_steps})})
 
 
-def trained_content(site: str, state: Mapping[str, torch.Tensor], metrics: Mapping[str, float]) -> RecordDict:
+def _site_record(values: dict[str, Any], ledger_head: WitnessHead | None) -> ConfigRecord:
+    if ledger_head is not None:
+        values[LEDGER_SEQ], values[LEDGER_HEAD] = int(ledger_head.seq), ledger_head.head
+        if ledger_head.previous is not None:
+            values[LEDGER_PREVIOUS] = ledger_head.previous
+    return ConfigRecord(values)
+
+
+def trained_content(site: str, state: Mapping[str, torch.Tensor], metrics: Mapping[str, float], *,
+                    ledger_head: WitnessHead | None = None) -> RecordDict:
+    """A trained reply; ``ledger_head``: the ledger's witness head after the round's release (the
+    server refuses a trained reply without one)."""
     return RecordDict({
         ARRAYS: arrays_from_state(state),
         METRICS: MetricRecord(dict(metrics)),
-        SITE: ConfigRecord({"site-name": site, "status": TRAINED}),
+        SITE: _site_record({"site-name": site, "status": TRAINED}, ledger_head),
     })
 
 
-def refused_content(site: str, status: str, reason: str, metrics: Mapping[str, float]) -> RecordDict:
+def refused_content(site: str, status: str, reason: str, metrics: Mapping[str, float], *,
+                    ledger_head: WitnessHead | None = None) -> RecordDict:
+    """A refused or failed reply; ``ledger_head`` if the site had opened its ledger."""
     if status not in (REFUSED, FAILED):
         raise ValueError(f"status must be {REFUSED!r} or {FAILED!r}, got {status!r}")
     return RecordDict({
         METRICS: MetricRecord(dict(metrics)),
-        SITE: ConfigRecord({"site-name": site, "status": status, "reason": reason}),
+        SITE: _site_record({"site-name": site, "status": status, "reason": reason}, ledger_head),
     })
+
+
+def ledger_head_of(site_values: Mapping[str, Any]) -> WitnessHead | None:
+    """The witness head a reply's ``site`` record carries; ``None`` if it carries none.
+
+    :raises ValueError: naming the key, if it carries a malformed one."""
+    if not any(k in site_values for k in LEDGER_KEYS):
+        return None
+    seq, head, previous = (site_values.get(k) for k in LEDGER_KEYS)
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise ValueError(f"{LEDGER_SEQ} {seq!r} is not an integer >= 0")
+    for key, value in ((LEDGER_HEAD, head), (LEDGER_PREVIOUS, previous)):
+        if (value is not None or key == LEDGER_HEAD) and not (isinstance(value, str) and _HEX64.match(value)):
+            raise ValueError(f"{key} {value!r} is not 64 lower-case hex digits")
+    if (previous is None) != (seq == 0):
+        raise ValueError(f"{LEDGER_PREVIOUS} must come with {LEDGER_SEQ} >= 1 (and only then)")
+    return WitnessHead(seq, head, previous)
 
 
 def describe_content(content: RecordDict) -> dict[str, Any]:

@@ -12,6 +12,13 @@ to save the final adapter Hugging Face style (``save_pretrained``). Per run it w
 * ``summary.json`` — settings, status (``completed``, or ``failed`` with the error), rounds
   completed, last spend reported per site.
 
+Across runs it keeps the **ledger witness** (``ledger-witness``; default
+``<output-dir>/ledger-witness.jsonl``, shared by every run with that output folder): each site's
+ledger heads as its replies carried them (:mod:`graphveil.ledger_witness`). A site whose ledger
+goes backwards or forks is logged as an error, its update is not aggregated, and it stays
+refused until the operator clears it (``graphveil budget witness --clear``). An unreadable
+witness file stops the run before its first round.
+
 A round waits at most ``sites-timeout`` seconds for ``min-sites`` connected sites; then the run
 fails (:class:`~.strategy.SitesUnavailableError`): the error is logged, ``summary.json`` says
 ``failed``, and the ServerApp exits non-zero, so Flower marks the run ``finished:failed``.
@@ -39,6 +46,7 @@ from graphveil.connectors.flower.strategy import (
     make_strategy,
 )
 from graphveil.host import PluginHost, default_host, read_only
+from graphveil.ledger_witness import Witness
 
 
 def build_encoder(fed: FederationSettings, host: PluginHost | None = None) -> Any:
@@ -54,6 +62,7 @@ def run_federation(grid: Grid, fed: FederationSettings, *, run_id: int = 0,
     host = host or default_host()
     out_dir = Path(fed.output_dir) / f"run-{run_id}"
     out_dir.mkdir(parents=True, exist_ok=True)
+    witness = Witness(fed.ledger_witness_path)  # read before any round: a corrupt file stops the run
     encoder = encoder if encoder is not None else build_encoder(fed, host)
     initial = records.arrays_from_state(encoder.trainable_state())
 
@@ -66,7 +75,7 @@ def run_federation(grid: Grid, fed: FederationSettings, *, run_id: int = 0,
         make_strategy(fed.strategy, min_sites=fed.min_sites, fraction_train=fed.fraction_train,
                       server_lr=fed.server_lr, server_tau=fed.server_tau),
         local_steps=fed.local_steps, audit_path=out_dir / "received.jsonl", on_round_end=round_end,
-        min_sites=fed.min_sites, sites_timeout=fed.sites_timeout,
+        min_sites=fed.min_sites, sites_timeout=fed.sites_timeout, witness=witness,
     )
     started = time.time()
     try:
@@ -90,6 +99,7 @@ def run_federation(grid: Grid, fed: FederationSettings, *, run_id: int = 0,
         "seconds": time.time() - started,
         "sites": _last_spend(strategy.rounds),
         "adapter": str(out_dir / "adapter"),
+        "ledger-witness": str(fed.ledger_witness_path),
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     log(INFO, "GraphVeil federation finished: %d rounds, adapter saved to %s", summary["rounds"], summary["adapter"])
@@ -118,6 +128,8 @@ def _last_spend(rounds: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 info["delta"] = entry["metrics"].get("delta")
             if entry["reason"]:
                 info["reason"] = entry["reason"]
+            if entry.get("witness"):
+                info["witness"] = entry["witness"]
     return sites
 
 

@@ -67,6 +67,11 @@ class FederationSettings(BaseModel):
     server_lr: float = Field(0.01, gt=0, alias="server-lr", description="FedAdam server learning rate η.")
     server_tau: float = Field(1e-3, gt=0, alias="server-tau", description="FedAdam adaptivity τ.")
     output_dir: str = Field("graphveil-fed", alias="output-dir", description="Where the server writes the adapter and round log.")
+    ledger_witness: str | None = Field(
+        None, alias="ledger-witness", min_length=1,
+        description="The server's record of every site's ledger heads (JSON lines, kept across runs: a "
+                    "site whose ledger goes backwards or forks is refused); default: "
+                    "<output-dir>/ledger-witness.jsonl.")
     seed: int = Field(0, description="Seed of the server's initial adapter.")
     task: dict[str, Any] = Field(default_factory=dict, description="Shared RunConfig sections (no data).")
 
@@ -89,6 +94,14 @@ class FederationSettings(BaseModel):
             raise ConfigError(format_validation_error(source, exc, model=cls, known=known, noun="key")) from exc
         settings.check_task(source)
         return settings
+
+    @property
+    def ledger_witness_path(self) -> Path:
+        """The witness file: ``ledger-witness``, or ``ledger-witness.jsonl`` in the output folder
+        (outside the per-run folders, so every run with this output folder shares it)."""
+        if self.ledger_witness is not None:
+            return Path(self.ledger_witness)
+        return Path(self.output_dir) / "ledger-witness.jsonl"
 
     def check_task(self, source: str = "run config") -> RunConfig:
         """Validate the task as a RunConfig on a placeholder graph (no data is read)."""
@@ -339,7 +352,8 @@ class SiteSettings(BaseModel):
         return cls.from_mapping(_flatten(raw), str(path))
 
     def check_files(self) -> None:
-        """Refuse missing data files or an unwritable ledger folder (before Flower starts)."""
+        """Refuse missing data files, an unwritable ledger folder, or a ledger, key or anchor not
+        made by ``graphveil budget init`` (before Flower starts)."""
         for key, value in (("data-path", self.data_path), ("data-entities", self.data_entities),
                            ("data-password-file", self.data_password_file), ("site-config", self.site_config)):
             if value is not None and not value.exists():
@@ -349,6 +363,24 @@ class SiteSettings(BaseModel):
             raise ConfigError(f"node config: ledger: {self.ledger} is not a file")
         if folder.exists() and not os.access(folder, os.W_OK):
             raise ConfigError(f"node config: ledger: folder {folder} is not writable")
+        self._check_ledger_initialised()
+
+    def _check_ledger_initialised(self) -> None:
+        """The ledger, its key and its anchor are made once by ``graphveil budget init``, never
+        on first use (a site that made them would re-anchor a restored, de-anchored backup)."""
+        from graphveil.site_key import key_path_for
+
+        init = (f"graphveil budget init --ledger {self.ledger} --site {self.site_name}"
+                + (f" --anchor {self.ledger_anchor}" if self.ledger_anchor is not None else ""))
+        for key, path in (("ledger", self.ledger), ("ledger (its site key)", key_path_for(self.ledger))):
+            if not path.exists():
+                raise ConfigError(f"node config: {key}: {path} does not exist; initialise the site's ledger "
+                                  f"once with `{init}` (deploy/RUNBOOK.md §4)")
+        if self.ledger_anchor is not None and not self.ledger_anchor.exists():
+            raise ConfigError(
+                f"node config: ledger-anchor: {self.ledger_anchor} does not exist; only `graphveil budget "
+                f"init` writes an anchor — if it was lost, `graphveil budget init --ledger {self.ledger} "
+                f"--anchor {self.ledger_anchor} --reanchor` (deploy/RUNBOOK.md §8)")
 
     def data_section(self) -> dict[str, Any]:
         """The ``data`` fields of a run config for this site's graph."""

@@ -24,7 +24,11 @@ public (a function of the task and the site's policy) or covered by the accounte
    (``training.steps`` = rounds × local steps): round ``r`` trains at its positions
    ``(r-1)·local_steps …``, though the session (and the optimizer's state) is new each round;
 5. tell lifecycle plugins at the site (``graphveil_run_end`` with ``run_dir=None``), then reply
-   with the updated parameters and public scalars (:mod:`.records`) — nothing else leaves.
+   with the updated parameters and public scalars (:mod:`.records`) — nothing else leaves but
+   the ledger's witness head: every reply sent after the ledger was opened (trained, refused or
+   failed) carries it, for the server's witness (:mod:`graphveil.ledger_witness`); a reply
+   refused before (node config, policy, arrays) carries none, as the site has not touched its
+   ledger for that round.
 
 Errors before the reservation are logged at the site in full; the server only learns which
 stage failed, because an exception text may quote the data. Each trained round logs its
@@ -56,7 +60,7 @@ from graphveil.connectors.flower.settings import (
     site_run_config,
 )
 from graphveil.errors import PrivacyError
-from graphveil.ledger import BudgetExhaustedError, PrivacyLedger
+from graphveil.ledger import BudgetExhaustedError, PrivacyLedger, WitnessHead
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +113,7 @@ def handle_train(content: RecordDict, context: Context, *,
     site_name = str(context.node_config.get("site-name", "?"))
     stage = _Stage()
     site: SiteSettings | None = None
+    head: WitnessHead | None = None  # every reply after the ledger is opened carries its head
     try:
         stage.now = "reading the node config"
         site = SiteSettings.from_mapping(context.node_config, "SuperNode node config")
@@ -131,16 +136,19 @@ def handle_train(content: RecordDict, context: Context, *,
         incoming = _decoded_arrays(content, site.max_abs_weight)
         stage.now = "opening the privacy ledger"
         with PrivacyLedger(site.ledger, anchor=site.ledger_anchor) as ledger:
-            return _round(incoming, context, site, config, ledger, server_round, local_steps,
-                          session_factory, stage)
+            try:
+                return _round(incoming, context, site, config, ledger, server_round, local_steps,
+                              session_factory, stage)
+            finally:  # for a refusal or failure: the head after its refuse / withhold row
+                head = ledger.witness_head()
     except _Refusal as refusal:
         log.warning("site %s refuses round: %s", site_name, refusal.reason)
         reason, metrics = refusal.public(site)
-        return records.refused_content(site_name, refusal.status, reason, metrics)
+        return records.refused_content(site_name, refusal.status, reason, metrics, ledger_head=head)
     except Exception as exc:
         log.error("site %s failed while %s:\n%s", site_name, stage.now, traceback.format_exc())
         reason = f"{type(exc).__name__} while {stage.now}; details are in the site's log"
-        return records.refused_content(site_name, records.FAILED, reason, {})
+        return records.refused_content(site_name, records.FAILED, reason, {}, ledger_head=head)
 
 
 def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, config: RunConfig,
@@ -217,7 +225,8 @@ def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, confi
             metrics["epsilon"] = ledger.spent_epsilon()
         if site.share_utility_metrics:
             metrics.update({"mrr": math.nan, "prec1": math.nan})
-        return records.trained_content(site.site_name, incoming, metrics)
+        return records.trained_content(site.site_name, incoming, metrics,
+                                       ledger_head=ledger.witness_head())  # after the withhold
     log.info("site %s round %d: %d steps, ε=%.4g of %.4g", site.site_name, server_round,
              local_steps, entry.epsilon, site.epsilon_budget)
     if site.share_epsilon:  # opted in (public anyway when accounted from the size floor)
@@ -240,7 +249,8 @@ def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, confi
              site.site_name, server_round, stage.started, time.time(),
              ", ".join(f"{k} {v:.3f} s" for k, v in stage.seconds.items()), time.process_time() - stage.cpu,
              "off" if cache is None else f"{cache.hits} hit(s), {cache.misses} miss(es)")
-    return records.trained_content(site.site_name, session.trainable_state(), metrics)
+    return records.trained_content(site.site_name, session.trainable_state(), metrics,
+                                   ledger_head=ledger.witness_head())  # after the release
 
 
 def _reserve(ledger: PrivacyLedger, session: Any, site: SiteSettings, *, sigma: float, delta: float,

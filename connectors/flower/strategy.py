@@ -10,6 +10,11 @@ option, :func:`make_strategy`). Each round it
 * checks every ``trained`` reply against the global adapter it was sent (same keys, shapes and
   dtypes, every value finite, a positive finite step count) and marks one that is not
   ``failed`` ("non-finite adapter", ...): it is never averaged in;
+* hands the ledger head every reply carries (``ledger-seq``, ``ledger-head``,
+  ``ledger-previous``) to the ledger witness (:class:`~graphveil.ledger_witness.Witness`): a
+  site whose ledger went backwards or forked is logged as an error and its reply marked
+  ``failed`` (never averaged in), with the witness's reason in ``rounds.jsonl``; a ``trained``
+  reply without a head is marked ``failed`` too;
 * reduces every reply to the keys it knows (extra records, metric or site keys are logged and
   dropped; a non-numeric value is dropped), so an odd reply cannot crash the run;
 * hands only the ``trained`` replies — reduced to the adapter and the public step count — to
@@ -38,6 +43,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdam, FedAvg, Strategy
 
 from graphveil.connectors.flower import records
+from graphveil.ledger_witness import Witness
 
 RoundHook = Callable[[int, dict[str, Any]], None]
 
@@ -122,12 +128,15 @@ class SiteRounds(Strategy):
     :param on_round_end: called with ``(server_round, round_record)`` after each round.
     :param min_sites: connected sites a round needs (default: the strategy's ``min_available_nodes``).
     :param sites_timeout: seconds a round waits for them before the run fails.
+    :param witness: the ledger witness the replies' ledger heads are checked against and
+        recorded in (``None``: not checked — unit tests of aggregation only).
     """
 
     def __init__(self, strategy: FedAvg, *, local_steps: int, audit_path: Path | None = None,
                  on_round_end: RoundHook | None = None, min_sites: int | None = None,
-                 sites_timeout: float = 600.0) -> None:
+                 sites_timeout: float = 600.0, witness: Witness | None = None) -> None:
         self.strategy = strategy
+        self.witness = witness
         self.local_steps = local_steps
         self.min_sites = min_sites if min_sites is not None else int(getattr(strategy, "min_available_nodes", 1))
         self.sites_timeout = sites_timeout
@@ -172,7 +181,7 @@ class SiteRounds(Strategy):
         trained: list[Message] = []
         reference = self.global_arrays
         for msg in replies:
-            entry = self._classify(msg, reference)
+            entry = self._witnessed(server_round, self._classify(msg, reference))
             sites.append(entry)
             if entry["status"] == records.TRAINED:
                 if reference is None:  # no global adapter known: the first trained reply sets the shape
@@ -231,14 +240,39 @@ class SiteRounds(Strategy):
             entry["ignored"] = ignored
         if name:
             self.site_names[node_id] = name
+        try:
+            head = records.ledger_head_of(site_values)
+        except ValueError as exc:
+            head = None
+            entry["ledger"] = f"malformed: {exc}"
+        if head is not None and name:  # witnessed under the name the reply states
+            entry["ledger"] = {"seq": head.seq, "head": head.head, "previous": head.previous}
         if status not in records.STATUSES or (status == records.TRAINED and records.ARRAYS not in content.array_records):
             entry.update(status=records.FAILED, reason="malformed reply (no site status or no arrays)")
+        elif status == records.TRAINED and head is None:
+            entry.update(status=records.FAILED, reason=(
+                "rejected reply: no valid ledger head (ledger-seq, ledger-head) for the witness; not aggregated"))
         elif status == records.TRAINED:
             problem = _adapter_problem(content.array_records[records.ARRAYS], reference)
             steps = metrics.get(records.WEIGHT)
             if problem is None and (steps is None or not math.isfinite(steps) or steps <= 0):
                 problem = f"bad {records.WEIGHT} ({steps!r})"
             if problem is not None:
+                entry.update(status=records.FAILED, reason=f"rejected reply: {problem}; not aggregated")
+        return entry
+
+    def _witnessed(self, server_round: int, entry: dict[str, Any]) -> dict[str, Any]:
+        """Check the reply's ledger head with the witness and record it; a site whose ledger went
+        backwards or forked is an error, and its update is not aggregated."""
+        head = entry.get("ledger")
+        if self.witness is None or not isinstance(head, dict):
+            return entry
+        problem = self.witness.observe(entry["site"], head["seq"], head["head"], head["previous"],
+                                       round=server_round, node=entry["node-id"], status=entry["status"])
+        if problem is not None:
+            log(ERROR, "round %d: LEDGER WITNESS: %s", server_round, problem)
+            entry["witness"] = problem
+            if entry["status"] == records.TRAINED:
                 entry.update(status=records.FAILED, reason=f"rejected reply: {problem}; not aggregated")
         return entry
 

@@ -50,4 +50,7 @@ chmod -R a+rX sites secrets/public-keys secrets/server/ca.crt
 # Demo only: on a real site, give the key to the container user instead (chown 10001).
 chmod a+r secrets/server/server.key
 for i in 1 2 3; do chmod a+r "secrets/site-$i/site-$i.key"; done
-echo "ready: docker compose up -d --build"
+echo "ready: docker compose build, then once per site (its ledger, key and anchor; never on start):"
+echo "  docker compose run --rm --no-deps --entrypoint graphveil site-N budget init \\"
+echo "      --ledger /ledger/ledger.sqlite --anchor /anchor/ledger.head --site site-N"
+echo "then: docker compose up -d"

@@ -9,7 +9,9 @@
 # Mounts (see deploy/RUNBOOK.md):
 #   /config/site.toml  the site's node config (read-only)
 #   /data              the site's graph (read-only)
-#   /ledger            the site's privacy ledger (persistent, writable, back it up)
+#   /ledger            the site's privacy ledger and its key ledger.sqlite.key (persistent,
+#                      writable, back it up); created once with `graphveil budget init`
+#   /anchor            the ledger's anchor, on a volume of its own (optional, writable)
 #   /certs/ca.crt      the federation's CA certificate
 #   /keys/site.key     this site's SuperNode private key
 FROM python:3.11-slim-bookworm
@@ -34,8 +36,8 @@ RUN pip install . \
 
 COPY deploy/scripts/supernode-entrypoint.sh /usr/local/bin/supernode-entrypoint.sh
 RUN useradd --create-home --uid 10001 graphveil \
-    && mkdir -p /config /data /ledger /certs /keys \
-    && chown graphveil /ledger
+    && mkdir -p /config /data /ledger /anchor /certs /keys \
+    && chown graphveil /ledger /anchor
 USER 10001:10001
 WORKDIR /home/graphveil
 VOLUME ["/ledger"]

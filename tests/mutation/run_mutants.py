@@ -750,8 +750,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "site-failure-status", "the trained reply after the reservation (a failure says 'failed')",
         (("connectors/flower/site.py",
-          "        return records.trained_content(site.site_name, incoming, metrics)\n",
-          "        return records.refused_content(site.site_name, records.FAILED, 'failed', {})  # MUTANT\n"),),
+          "        return records.trained_content(site.site_name, incoming, metrics,\n",
+          "        return records.refused_content(site.site_name, records.FAILED, 'failed', {},  # MUTANT\n"),),
     ),
     Mutant(
         "size-floor-accounted", "the public floor in the accounted rate (γ = b/m of the private size)",
@@ -818,6 +818,71 @@ MUTANTS: tuple[Mutant, ...] = (
         (("framework/ledger.py",
           "            if scan.records:  # one ledger, one dataset, one Ē: a second would be another guarantee\n",
           "            if False:  # MUTANT\n"),),
+    ),
+    # issue 25, point 6: the ledger survives its own operator
+    Mutant(
+        "ledger-hmac", "the site key in the ledger's row hash (plain SHA-256: anyone can re-chain a rewrite)",
+        (("framework/ledger.py",
+          '    return keyed_digest(key, b"graphveil-ledger-row-v3", _canonical(_normalize(row)).encode())\n',
+          "    return _sha(_canonical(_normalize(row)))  # MUTANT: the key dropped\n"),),
+    ),
+    Mutant(
+        "ledger-anchor-implicit", "the refusal of a missing anchor on open (the anchor re-made on first use)",
+        (("framework/ledger.py",
+          "            if self.anchor is not None and not self.anchor.exists():\n                raise LedgerError(\n",
+          "            if self.anchor is not None and not self.anchor.exists():\n"
+          "                self._write_anchor(create=True)  # MUTANT: anchored at the current head\n"
+          "            if False:\n                raise LedgerError(\n"),),
+    ),
+    Mutant(
+        "ledger-verify-witnessed", "budget verify's check that the chain holds every witnessed (seq, head)",
+        (("framework/ledger.py",
+          "            error = _witnessed_problem([self.genesis(), *scan.checkpoints], witnessed)\n",
+          "            error = None  # MUTANT: witnessed heads ignored\n"),),
+    ),
+    Mutant(
+        "ledger-seq-all-rows", "the witness sequence number counting checkpoint rows only (every row: "
+        "the data-dependent raise/records rows reach the server)",
+        (("framework/ledger.py",
+          'CHECKPOINTS = ("release", "withhold", "refuse")\n',
+          "CHECKPOINTS = KINDS  # MUTANT: every row is a checkpoint\n"),),
+    ),
+    Mutant(
+        "witness-backwards", "the witness's rule that a site's sequence number never decreases",
+        (("framework/ledger_witness.py",
+          "    if seq < state.last:\n",
+          "    if False:  # MUTANT: backwards accepted\n"),),
+    ),
+    Mutant(
+        "witness-fork", "the witness's rule of one head per witnessed sequence number",
+        (("framework/ledger_witness.py",
+          "    return _fork(site, state, seq, head)\n",
+          "    return None  # MUTANT: a fork at a witnessed seq accepted\n"),),
+    ),
+    Mutant(
+        "witness-fork-previous", "the witness's check of a reply's previous head against the one it saw",
+        (("framework/ledger_witness.py",
+          "            problem = _fork(site, state, seq - 1, previous)\n",
+          "            problem = None  # MUTANT: the previous head not checked\n"),),
+    ),
+    Mutant(
+        "witness-sticky", "the witness keeping a flagged site refused until its operator clears it",
+        (("framework/ledger_witness.py",
+          "        if state.flagged is not None:\n            return (",
+          "        if False:  # MUTANT: a flag does not stick\n            return ("),),
+    ),
+    Mutant(
+        "witness-server-reject", "the server's refusal to aggregate an update whose ledger went backwards or forked",
+        (("connectors/flower/strategy.py",
+          '            if entry["status"] == records.TRAINED:\n'
+          '                entry.update(status=records.FAILED, reason=f"rejected reply: {problem}; not aggregated")\n',
+          "            pass  # MUTANT: aggregated anyway\n"),),
+    ),
+    Mutant(
+        "witness-reply-head", "the ledger head in a refused or failed reply sent after the ledger was opened",
+        (("connectors/flower/site.py",
+          "                head = ledger.witness_head()\n",
+          "                pass  # MUTANT: no head after a refusal\n"),),
     ),
 )
 
