@@ -237,7 +237,7 @@ def test_bad_node_config_and_low_sigma(tmp_path: Path) -> None:
 
 def test_every_reply_after_the_ledger_opened_carries_its_witness_head_and_the_server_checks_it(
         tmp_path: Path) -> None:
-    """Trained, failed and refused replies carry (ledger-seq, ledger-head, ledger-previous): the
+    """Every reply after the ledger opened carries (ledger-seq, ledger-head, ledger-previous): the
     sequence number advances by one per round the ledger closed and each previous head is the
     last reply's head. The server's witness accepts them; after the site restores a backup of its
     ledger, its next trained reply goes backwards and is not aggregated."""
@@ -249,19 +249,19 @@ def test_every_reply_after_the_ledger_opened_carries_its_witness_head_and_the_se
     ctx = site_context(11, cfg, RUN_CONFIG)
     replies = [handle_train(train_content(1, 3), ctx, session_factory=FakeSession)]
     shutil.copy(cfg["ledger"], tmp_path / "backup.sqlite")
-    replies += [handle_train(train_content(2, 3), ctx, session_factory=_LeakySession),  # withheld: failed
+    replies += [handle_train(train_content(2, 3), ctx, session_factory=_LeakySession),  # withheld: answered as trained
                 handle_train(train_content(3, 3), ctx, session_factory=FakeSession),
                 handle_train(train_content(4, 3), ctx, session_factory=FakeSession),  # past the budget
                 handle_train(train_content(5, 3, state=_malformed("nan")), ctx, session_factory=FakeSession)]
     sites = [dict(r.config_records[records.SITE]) for r in replies]
-    assert [s["status"] for s in sites] == ["trained", "failed", "trained", "refused", "refused"]
-    assert [s[records.LEDGER_SEQ] for s in sites] == [1, 2, 3, 4, 4]  # malformed arrays: refused, no row
+    assert [s["status"] for s in sites] == ["trained", "trained", "trained", "refused", "refused"]
+    assert [s[records.LEDGER_SEQ] for s in sites[:4]] == [1, 2, 3, 4]
+    assert records.LEDGER_SEQ not in sites[4]  # malformed arrays: refused before the ledger is opened
     with PrivacyLedger(cfg["ledger"]) as ledger:
         assert sites[0][records.LEDGER_PREVIOUS] == ledger.genesis()
-        assert sites[-1][records.LEDGER_HEAD] == ledger.witness_head().head == ledger.head()[1]
+        assert sites[3][records.LEDGER_HEAD] == ledger.witness_head().head == ledger.head()[1]
     for before, after in zip(sites[:3], sites[1:4], strict=True):
         assert after[records.LEDGER_PREVIOUS] == before[records.LEDGER_HEAD] != after[records.LEDGER_HEAD]
-    assert sites[4][records.LEDGER_HEAD] == sites[3][records.LEDGER_HEAD]
 
     rounds: list[dict] = []
     witness = Witness(tmp_path / "server" / "ledger-witness.jsonl")
