@@ -79,8 +79,9 @@ class GdpLevel:
             raise ConfigError(f"method {method!r} at node level needs the out-degree bound: add /D=<D> "
                               f"to privacy.unit (paper 4 uses D=100), got {unit.value!r}")
         if unit.kind is UnitKind.K_NEIGHBOR and needs_degree_bound and unit.degree_bound is None:
-            raise ConfigError(f"method {method!r} at k-neighbor level needs the out-degree bound too (its "
-                              f"aggregation's sensitivity is 2√D for every k): add /D=<D>, got {unit.value!r}")
+            raise ConfigError(f"method {method!r} at k-neighbor level needs the out-degree bound too (it caps "
+                              f"the graph's out-degree at D; its aggregation's sensitivity is √(4D + k(k + 4))): "
+                              f"add /D=<D>, got {unit.value!r}")
         return cls(unit, method)
 
     @property
