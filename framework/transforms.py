@@ -158,7 +158,8 @@ class OutDegreeBound(_DegreeTransform):
     applied once per entry, only columns j → r (row r, excluded) and at most one column j → z
     per entry (row z gains or loses h_j): a ≤ k unit vectors in all. r's own kept sets K_r,
     K'_r have ≤ D columns each; row i ≠ r moves by u_i = [i ∈ K'_r] h'_r − [i ∈ K_r] h_r, with
-    ‖u_i‖ ≤ 2 on K_r ∩ K'_r, ≤ 1 on K_r △ K'_r, so Σ‖u_i‖² ≤ 4|∩| + |△| ≤ 4D. With v_i the
+    ‖u_i‖ ≤ 2 on K_r ∩ K'_r, ≤ 1 on K_r △ K'_r, so Σ‖u_i‖² ≤ 4|∩| + |△| ≤ 4|∩| + 2(D − |∩|)
+    ≤ 4D. With v_i the
     sum of the unit vectors landing on row i (Σ‖v_i‖ ≤ a), Σ‖u_i + v_i‖² ≤ Σ‖u_i‖² +
     2·max‖u_i‖·Σ‖v_i‖ + (Σ‖v_i‖)² ≤ 4D + 4k + k². Equality: K_r = K'_r of size D, h'_r = −h_r,
     and k in-neighbours j of r, all with h_j = −h_r and a column j → z to one z ∈ K_r of rank
@@ -167,10 +168,10 @@ class OutDegreeBound(_DegreeTransform):
     **What it does not give: node level on the raw graph.** Replacing r may add unboundedly
     many in-edges j → r; by (b) each such j may trade one of its other columns, so the change
     is unbounded (issue 25's example: D = 2, 200 sources with two out-edges each gain j → r:
-    over a hundred rows change, ``tests/test_transforms.py``). Capping in-degrees first bounds
+    over a hundred rows change, ``tests/test_gdp_degree_class.py``). Capping in-degrees first bounds
     r's in-edges but lets r's raw out-edges displace other in-edges at their targets, whose
     sources then keep other edges; the reverse order fails on r's in-edges, and keeping the
-    union of both fails two hops further (measured in the issue-25 notes). No stable rule is
+    union of both fails two hops further (same test file, on small gadgets). No stable rule is
     known here, so node-level methods refuse a graph whose out-degree exceeds D and cap nothing
     (``plugins/gdp/common.py``): their guarantee is paper 4's, over graphs of out-degree ≤ D.
     """
