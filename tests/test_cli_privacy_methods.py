@@ -166,7 +166,7 @@ def test_flags_set_the_run_config(host: PluginHost, capsys: pytest.CaptureFixtur
     assert (out["delta"], out["delta_rule"]) == (1e-7, "explicit")
     parts = {p["name"]: p for p in out["parts"]}
     assert set(parts) == {"gap_encoder", "gap_aggregates", "training"}
-    assert parts["gap_aggregates"]["sensitivity"] == pytest.approx(2 * math.sqrt(10))
+    assert parts["gap_aggregates"]["sensitivity"] == pytest.approx(math.sqrt(4 * 10 + 3 * (3 + 4)))  # keyed cap
     hops2 = _json(capsys, host, "epsilon", "--method", "gap", "--nodes", "500", "--batch-size", "50",
                   "--epochs", "2", "--unit", "k_neighbor/replacement/k=3/D=10/predictions", "--sigma", "2",
                   "--delta", "1e-7", "--set", "method.hops=2", "--set", "method.encoder_training.epochs=1")

@@ -1,8 +1,8 @@
 """DP-SAGE: rooted subgraphs on the out-degree-bounded graph, the hypergeometric accountant, and
 the output perturbation (plugins/gdp/rooted*.py, plugins/gdp/dp_sage.py).
 
-* replacing one node changes at most G = 2·Σ_{i≤L} Dⁱ − 1 rooted examples on random bounded
-  graphs, and a tree reaches G exactly (so an understated G fails too);
+* replacing one node changes at most G = 2·Σ_{i≤L} Dⁱ − 1 rooted examples on random graphs of
+  out-degree ≤ D (a larger graph is refused: tests/test_gdp_degree_class.py), and a tree reaches G exactly (so an understated G fails too);
 * the accountant reduces to the Gaussian at σ/(2·min(G, n)) for full batches, bounds
   dp-accounting's sampled-without-replacement Gaussian for G = 1, equals an independent sum
   over the hypergeometric law, and grows with G;
@@ -20,7 +20,7 @@ import dp_accounting
 import numpy as np
 import pytest
 import torch
-from _graphs import hub_node_graph
+from _graphs import node_graph_within
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,7 +76,8 @@ def bounded_replacement(draw: st.DrawFn) -> tuple[int, int, int, torch.Tensor, t
     n, d, hops = draw(st.integers(4, 12)), draw(st.integers(1, 3)), draw(st.integers(1, 2))
     gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31)))
     dense = torch.randint(0, n, (2, 4 * n), generator=gen)
-    edges = OutDegreeBound(d, generator=gen)(_data(dense, n)).edge_index
+    key = bytes(torch.randint(0, 256, (32,), generator=gen).tolist())
+    edges = OutDegreeBound(d, key)(_data(dense, n)).edge_index
     r = int(torch.randint(n, (1,), generator=gen))
     kept = edges[:, (edges[0] != r) & ((edges[1] != r) | (torch.rand(edges.shape[1], generator=gen) < 0.5))]
     fresh = torch.stack([torch.full((d,), r), torch.randint(0, n, (d,), generator=gen)])
@@ -234,6 +235,9 @@ def test_the_per_node_accountant_refuses_shared_examples() -> None:
 # ----------------------------------------------------------------------------- runs
 
 D, HOPS, BATCH = 3, 1, 16
+#: the runs' graph: hub_node_graph with degrees ≤ D, inside node level's class (a graph above D
+#: is refused: tests/test_gdp_degree_class.py)
+class_graph = node_graph_within(D)
 
 
 def config(*, unit_label: str | None = f"node/replacement/D={D}/predictions", hops: int = HOPS,
@@ -262,7 +266,7 @@ def host() -> PluginHost:
 
 
 def test_a_run_composes_its_steps_and_the_output_release_as_by_hand(host: PluginHost) -> None:
-    session = TrainingSession(config(scale=2.0), host=host, graph=hub_node_graph())
+    session = TrainingSession(config(scale=2.0), host=host, graph=class_graph())
     session.train()
     metrics = session.evaluate()
     sigma, n = session.noise_multiplier, int(session.task.split.train.numel())
@@ -291,7 +295,7 @@ class RecordingNoise:
 
 
 def test_the_release_is_the_clipped_scores_plus_noise_of_the_stated_std(host: PluginHost) -> None:
-    session = TrainingSession(config(), host=host, graph=hub_node_graph())
+    session = TrainingSession(config(), host=host, graph=class_graph())
     session.train()
     mechanism = session.plan.releases[0].mechanism
     session.task.released = {**session.released, "model": session.encoder}
@@ -307,7 +311,7 @@ def test_the_release_is_the_clipped_scores_plus_noise_of_the_stated_std(host: Pl
 
 
 def test_evaluation_reads_the_released_scores_only(host: PluginHost) -> None:
-    session = TrainingSession(config(), host=host, graph=hub_node_graph())
+    session = TrainingSession(config(), host=host, graph=class_graph())
     session.train()
     session.evaluate()
     released = session.released[OUTPUTS]
@@ -316,7 +320,7 @@ def test_evaluation_reads_the_released_scores_only(host: PluginHost) -> None:
 
 
 def test_full_graph_scores_equal_the_root_outputs_of_rooted_subgraphs(host: PluginHost) -> None:
-    session = TrainingSession(config(hops=2), host=host, graph=hub_node_graph())
+    session = TrainingSession(config(hops=2), host=host, graph=class_graph())
     session.prepare()
     task, model = session.task, session.encoder
     roots = torch.arange(0, 40)
@@ -334,18 +338,18 @@ def test_full_graph_scores_equal_the_root_outputs_of_rooted_subgraphs(host: Plug
 ])
 def test_bad_runs_are_refused_before_data_is_read(host: PluginHost, kwargs: dict, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
-        TrainingSession(config(**kwargs), host=host, graph=hub_node_graph()).assemble()
+        TrainingSession(config(**kwargs), host=host, graph=class_graph()).assemble()
 
 
 def test_the_per_node_accountant_refuses_the_rooted_model(host: PluginHost) -> None:
     cfg = config()
     cfg = cfg.model_copy(update={"accountant": cfg.accountant.model_copy(update={"name": "node_rdp"})})
     with pytest.raises(PrivacyError, match="root_subgraphs"):
-        TrainingSession(cfg, host=host, graph=hub_node_graph()).assemble()
+        TrainingSession(cfg, host=host, graph=class_graph()).assemble()
 
 
 def test_a_non_private_run_needs_no_bound_and_releases_the_raw_scores(host: PluginHost) -> None:
-    session = TrainingSession(config(privacy={"enabled": False}), host=host, graph=hub_node_graph())
+    session = TrainingSession(config(privacy={"enabled": False}), host=host, graph=class_graph())
     session.train()
     metrics = session.evaluate()
     assert torch.equal(session.task.bounded_edges, session.task.dataset.edge_index)

@@ -6,6 +6,7 @@ wrong implementation (a biased choice, a skipped last node) fails the same check
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 from collections import Counter
@@ -18,6 +19,7 @@ from torch_geometric.transforms import RandomNodeSplit
 from torch_geometric.utils import homophily, to_undirected
 
 from graphveil.transforms import (
+    EDGE_KEY_BYTES,
     DegreeCap,
     DpGnnPreprocess,
     OutDegreeBound,
@@ -25,6 +27,7 @@ from graphveil.transforms import (
     class_insensitive_homophily,
     csbm,
     csbm_phi,
+    edge_priorities,
     phi_to_lambda_mu,
 )
 
@@ -33,6 +36,11 @@ P_MIN = 1e-4  # chi-square p-value floor; the biased controls below reach < 1e-2
 
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+def key(seed: int) -> bytes:
+    """A fixed 32-byte key for reproducible tests (runs draw theirs from secrets)."""
+    return hashlib.sha256(f"test key {seed}".encode()).digest()
 
 
 def with_ids(edge_index: torch.Tensor, num_nodes: int, **extra: torch.Tensor) -> Data:
@@ -75,7 +83,7 @@ def check_out_degree_bound(inp: Data, out: Data, d: int) -> None:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_out_degree_bound_guarantees(d: int, seed: int) -> None:
     data = random_directed(seed, num_nodes=40, num_edges=400)
-    transform = OutDegreeBound(d, gen(100 + seed))
+    transform = OutDegreeBound(d, key(100 + seed))
     out = transform(data)
     check_out_degree_bound(data, out, d)
     assert transform.last_dropped == data.num_edges - out.num_edges > 0
@@ -84,10 +92,10 @@ def test_out_degree_bound_guarantees(d: int, seed: int) -> None:
 
 def test_out_degree_bound_keeps_light_sources_and_handles_empty_graph() -> None:
     data = with_ids(torch.tensor([[0, 0, 1, 2, 2, 2], [1, 2, 0, 0, 1, 2]]), 4)
-    out = OutDegreeBound(3, gen(0))(data)
+    out = OutDegreeBound(3, key(0))(data)
     assert torch.equal(out.edge_index, data.edge_index)
     empty = Data(edge_index=torch.zeros(2, 0, dtype=torch.long), num_nodes=5)
-    transform = OutDegreeBound(1, gen(0))
+    transform = OutDegreeBound(1, key(0))
     assert transform(empty).num_edges == 0 and transform.last_dropped == 0
 
 
@@ -97,13 +105,13 @@ def test_out_degree_bound_bounds_the_last_node() -> None:
     star = torch.stack([torch.full((n - 1,), n - 1), torch.arange(n - 1)])
     light = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
     data = with_ids(torch.cat([light, star], dim=1), n)
-    out = OutDegreeBound(d, gen(3))(data)
+    out = OutDegreeBound(d, key(3))(data)
     check_out_degree_bound(data, out, d)
     assert int((out.edge_index[0] == n - 1).sum()) == d
 
     # The mutant that skips node N-1 fails the same check.
     src = data.edge_index[0]
-    mutant_keep = (src == n - 1) | OutDegreeBound(d, gen(3)).keep_mask(data.edge_index, n)
+    mutant_keep = (src == n - 1) | OutDegreeBound(d, key(3)).keep_mask(data.edge_index, n)
     with pytest.raises(AssertionError, match="out-degree above D"):
         check_out_degree_bound(data, data.edge_subgraph(mutant_keep), d)
 
@@ -131,7 +139,7 @@ def test_out_degree_bound_draws_uniform_subsets() -> None:
     """12,000 stars of 6 leaves, D = 2: each of the 15 kept pairs ~800 times (chi-square)."""
     num_stars, leaves, d = 12_000, 6, 2
     data = star_forest(num_stars, leaves, seed=5)
-    out = OutDegreeBound(d, gen(6))(data)
+    out = OutDegreeBound(d, key(6))(data)
     counts = subset_counts(data, out, num_stars, leaves)
     assert len(counts) == math.comb(leaves, d) and sum(counts) == num_stars
     assert stats.chisquare(counts).pvalue > P_MIN
@@ -142,22 +150,47 @@ def test_out_degree_bound_draws_uniform_subsets() -> None:
     assert stats.chisquare(subset_counts(data, lowest, num_stars, leaves)).pvalue < 1e-20
 
 
-def test_out_degree_bound_is_reproducible_and_does_not_mutate() -> None:
+def test_out_degree_bound_is_a_function_of_the_key_and_does_not_mutate() -> None:
     data = random_directed(7, num_nodes=30, num_edges=300)
     snapshot = data.edge_index.clone(), data.edge_attr.clone()
-    a = OutDegreeBound(2, gen(9))(data)
-    b = OutDegreeBound(2, gen(9))(data)
-    c = OutDegreeBound(2, gen(10))(data)
+    a = OutDegreeBound(2, key(9))(data)
+    b = OutDegreeBound(2, key(9))(data)
+    c = OutDegreeBound(2, key(10))(data)
     assert torch.equal(a.edge_index, b.edge_index) and not torch.equal(a.edge_index, c.edge_index)
     assert torch.equal(data.edge_index, snapshot[0]) and torch.equal(data.edge_attr, snapshot[1])
-    assert OutDegreeBound(2)(data).num_edges == a.num_edges  # default generator: fresh, works
+    fresh = OutDegreeBound(2), OutDegreeBound(2)  # default: 32 fresh bytes from secrets each
+    assert fresh[0].key != fresh[1].key and len(fresh[0].key) == EDGE_KEY_BYTES
+    assert fresh[0](data).num_edges == a.num_edges
+
+
+def test_out_degree_bound_order_depends_on_each_edge_alone() -> None:
+    """The kept set of a node is the same whatever the column order and the other nodes' edges:
+    the order is the key's, not the positions' (a position-based shuffle fails this)."""
+    data = random_directed(11, num_nodes=30, num_edges=300)
+    k = key(12)
+    kept = {tuple(e) for e in OutDegreeBound(2, k)(data).edge_index.t().tolist()}
+    perm = torch.randperm(data.num_edges, generator=gen(13))
+    extra = torch.stack([torch.randint(30, (50,), generator=gen(14)) + 30, torch.randint(60, (50,), generator=gen(15))])
+    moved = Data(edge_index=torch.cat([extra, data.edge_index[:, perm]], dim=1), num_nodes=60)
+    kept_moved = {tuple(e) for e in OutDegreeBound(2, k)(moved).edge_index.t().tolist()}
+    assert {e for e in kept_moved if e[0] < 30} == kept
+
+
+def test_edge_priorities_are_aes_256_of_the_pair() -> None:
+    """FIPS-197 App. C.3: AES-256, key 00..1f, block 00112233..ff → 8ea2b7ca516745bf...; the
+    block of edge (src, dst) is src ‖ dst, 8 bytes little-endian each; the priority is the first
+    8 bytes of the cipher block read little-endian."""
+    block = bytes.fromhex("00112233445566778899aabbccddeeff")
+    src, dst = (int.from_bytes(block[i:i + 8], "little", signed=True) for i in (0, 8))
+    got = edge_priorities(torch.tensor([[src], [dst]]), bytes(range(32)))
+    assert int(got[0]) == int.from_bytes(bytes.fromhex("8ea2b7ca516745bf"), "little")
 
 
 def test_out_degree_bound_is_directed() -> None:
     """On an undirected star the center keeps D out-edges while every leaf keeps its edge to it."""
     data = Data(edge_index=to_undirected(torch.stack([torch.zeros(5, dtype=torch.long),
                                                       torch.arange(1, 6)])), num_nodes=6)
-    out = OutDegreeBound(2, gen(0))(data)
+    out = OutDegreeBound(2, key(0))(data)
     assert int((out.edge_index[0] == 0).sum()) == 2 and int((out.edge_index[1] == 0).sum()) == 5
 
 
@@ -169,11 +202,12 @@ def test_out_degree_bound_rejects_bad_max_degree(bad: object) -> None:
 
 def test_transforms_reject_bad_graphs() -> None:
     with pytest.raises(ValueError, match="edge_index"):
-        OutDegreeBound(1, gen(0))(Data(edge_index=torch.tensor([[0], [5]]), num_nodes=3))
+        OutDegreeBound(1, key(0))(Data(edge_index=torch.tensor([[0], [5]]), num_nodes=3))
     with pytest.raises(ValueError, match="edge_index"):
-        OutDegreeBound(1, gen(0))(Data(x=torch.zeros(3, 1)))
-    with pytest.raises(ValueError, match="generator"):
-        OutDegreeBound(1, 42)  # type: ignore[arg-type]
+        OutDegreeBound(1, key(0))(Data(x=torch.zeros(3, 1)))
+    for bad in (42, b"short", "x" * 32):
+        with pytest.raises(ValueError, match="key must be 32 bytes"):
+            OutDegreeBound(1, bad)  # type: ignore[arg-type]
 
 
 # --- DegreeCap ------------------------------------------------------------------------------------

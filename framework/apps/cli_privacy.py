@@ -60,7 +60,8 @@ _CLIPPING = {"freq": SensitivityKind.FREQ_CLIP_NODE, "standard": SensitivityKind
 
 _PER_NODE = {"sampler": {"name": "node_uniform_wor"}, "clipper": {"name": "per_node_clip"},
              "accountant": {"name": "node_rdp"}}
-_NODE_GDP = "node/replacement/D=100/predictions"
+#: the bundled examples' node level: D = 168, Cora's largest out-degree (a graph above D is refused)
+_NODE_GDP = "node/replacement/D=168/predictions"
 
 #: ``--method NAME`` without a config file: the components of the bundled example
 #: ``examples/<name>_cora.yaml`` with every option at its default (no data section: none is read).

@@ -37,14 +37,14 @@ GAP: dict[str, Any] = {
     "method": {"name": "gap", "hops": 2, "hidden": 64, "encoder_layers": 2, "encoder_training": _STAGE},
     "task": {"name": "node_classification", "features": "released:gap_aggregates"},
     "model": {"name": "mlp", "hidden": 64, "layers": 2, "activation": "selu", "dropout": 0.0},
-    **_PER_NODE_DP_SGD, "privacy": {"target_epsilon": 16, "unit": "node/replacement/D=100/predictions"}}
+    **_PER_NODE_DP_SGD, "privacy": {"target_epsilon": 16, "unit": "node/replacement/D=168/predictions"}}
 DPDGC: dict[str, Any] = {
     "name": "dpdgc", "data": _DATA,
     "method": {"name": "dpdgc", "hidden": 64, "row_norm": 1.0,
                "embedding_training": {**_STAGE, "batch_size": 2030}},
     "task": {"name": "node_classification", "features": "released:dpdgc_embedding"},
     "model": {"name": "linkx", "hidden": 64, "layers": 2, "embedding_width": 64, "dropout": 0.0},
-    **_PER_NODE_DP_SGD, "privacy": {"target_epsilon": 16, "unit": "node/replacement/D=100/predictions"}}
+    **_PER_NODE_DP_SGD, "privacy": {"target_epsilon": 16, "unit": "node/replacement/D=168/predictions"}}
 DP_SAGE: dict[str, Any] = {
     "name": "dp-sage", "data": _DATA,
     "method": {"name": "dp_sage", "output_clip": 1.0, "output_noise_scale": 1.0},
@@ -53,11 +53,11 @@ DP_SAGE: dict[str, Any] = {
     "sampler": {"name": "root_subgraphs", "batch_size": 64, "num_hops": 1},
     "clipper": {"name": "per_node_clip", "clip_norm": 1.0}, "accountant": {"name": "rooted_rdp"},
     "training": {"epochs": 100, "optimizer": "adam", "lr": 0.001},
-    "privacy": {"target_epsilon": 16, "unit": "node/replacement/D=100/predictions"}}
+    "privacy": {"target_epsilon": 16, "unit": "node/replacement/D=168/predictions"}}
 
 # bench/gdp.py's overrides
 EDGE = "privacy.unit=edge/replacement/predictions"
-NODE = "privacy.unit=node/replacement/D=100/predictions"
+NODE = "privacy.unit=node/replacement/D=168/predictions"
 DROPOUT = "model.dropout=0.5"
 FULL_BATCH = [DROPOUT, "sampler.batch_size=null"]
 GAP_DROPOUT = "method.encoder_dropout=0.5"

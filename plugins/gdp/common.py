@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from graphveil.errors import ConfigError
+from graphveil.errors import ConfigError, DataError
 from graphveil.mechanisms import Mechanism
 from graphveil.methods import Train
 from graphveil.plugins.gdp.levels import GdpLevel
@@ -34,6 +34,9 @@ class GdpRelease(Mechanism):
         return self.level.private
 
     def bind(self, task: Any) -> None:
+        """The training nodes (public under replacement); at node level, refuse a graph above D
+        here, once the data is loaded and before any stage runs."""
+        check_out_degree_class(task, self.level)
         self.train_nodes = task.split.train
 
     def sigma(self) -> float:
@@ -56,19 +59,61 @@ def node_data(task: Any) -> Any:
     return data
 
 
-def aggregation_edges(task: Any, level: GdpLevel, generator: torch.Generator) -> torch.Tensor:
-    """``(2, E)`` edges messages flow along (source → target), out-degree bounded by D where the
-    level needs it (:class:`graphveil.transforms.OutDegreeBound`, uniform among each node's out-edges)."""
+def out_degree_class_error(level: GdpLevel, largest: int) -> DataError | None:
+    """The refusal of a graph whose largest out-degree is ``largest`` at ``level``'s node level,
+    or None if the graph is in the class (or the level has none)."""
+    bound = level.out_degree_class
+    if bound is None or largest <= bound:
+        return None
+    wider = PrivacyUnit(level.unit.kind, level.unit.adjacency, degree_bound=largest, k=level.unit.k,
+                        protects_predictions=level.unit.protects_predictions)
+    return DataError(
+        f"{level.method} at node level with D={bound} needs a graph whose out-degree is at most {bound} "
+        f"(this graph has nodes of out-degree up to {largest}): paper 4's node-level guarantee holds between "
+        f"graphs of out-degree <= D only, and no cap of a larger graph is known to keep it (a replaced node's "
+        f"in-edges change other nodes' out-degrees). Raise D to >= {largest} (privacy.unit "
+        f"{wider.value!r}), or choose another level (k_neighbor with D caps the graph, edge needs no D)")
+
+
+def check_out_degree_class(task: Any, level: GdpLevel) -> None:
+    """At node level, refuse the task's graph if a node's out-degree exceeds D (no cap is applied).
+
+    Called when the data is loaded, before any stage trains or releases (:meth:`GdpRelease.bind`,
+    the rooted task's setup); a planning stand-in holding public sizes only is skipped.
+
+    :raises DataError: naming the method, the unit, D and the largest out-degree found.
+    """
+    from graphveil.planning import PublicTask
+
+    if level.out_degree_class is None or isinstance(task, PublicTask):
+        return
+    data = node_data(task)
+    edges = data.edge_index
+    largest = int(torch.bincount(edges[0], minlength=data.num_nodes).max()) if edges.numel() else 0
+    if (error := out_degree_class_error(level, largest)) is not None:
+        raise error
+
+
+def aggregation_edges(task: Any, level: GdpLevel, *, caps: bool, key: bytes | None = None) -> torch.Tensor:
+    """``(2, E)`` edges messages flow along (source → target).
+
+    Node level: the raw edges, after :func:`check_out_degree_class` (refused above D). k-neighbor
+    level with ``caps`` (a method whose sensitivity assumes the cap, GAP): capped at the unit's D
+    by :class:`graphveil.transforms.OutDegreeBound` under ``key`` (default: 32 fresh bytes from
+    :mod:`secrets`, never a seed). Otherwise (edge level, DPDGC at k-neighbor level, non-private
+    runs): the raw edges.
+    """
     from torch_geometric.data import Data
 
     from graphveil.transforms import OutDegreeBound
 
     data = node_data(task)
     edges = data.edge_index
-    if level.degree_bound is None:
+    check_out_degree_class(task, level)
+    cap = level.out_degree_cap(caps=caps)
+    if cap is None:
         return edges
-    bounded = OutDegreeBound(level.degree_bound, generator=generator)(Data(edge_index=edges, num_nodes=data.num_nodes))
-    return bounded.edge_index
+    return OutDegreeBound(cap, key=key)(Data(edge_index=edges, num_nodes=data.num_nodes)).edge_index
 
 
 def aggregate(h: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,7 @@ subgraphs, then output perturbation at inference (GAP's strategy) so the predict
 Stages:
 
 1. ``Train`` — the run's sampler ``root_subgraphs`` (b of n training roots, each with its
-   L-hop subgraph of the graph bounded to out-degree D), clipper ``per_node_clip`` (one root's
+   L-hop subgraph of the graph, whose out-degree must be ≤ D: refused otherwise), clipper ``per_node_clip`` (one root's
    gradient to C), accountant ``rooted_rdp`` (hypergeometric mixture over the G = 1 + 2Σ_{i≤L} Dⁱ
    roots one replaced node reaches), model ``sage``.
 2. ``dp_sage_outputs`` — after training: every node's class scores from the trained model on the

@@ -8,7 +8,7 @@ Stages:
       projection on the parameter itself (:meth:`AdjacencyEmbedding.project`; a public
       implementation assigns into a fresh ``state_dict()``, which does nothing). One unit
       changes up to g rows of A, hence g examples: g = 1 / 2 (edge / undirected edge),
-      2D + 1 (node, on the out-degree-bounded graph), k + 1 (k-neighbor);
+      2D + 1 (node, on a graph of out-degree ≤ D — refused above D), k + 1 (k-neighbor, raw graph);
       :func:`~graphveil.plugins.node_dp.accountant.node_step_event` with that group.
    b. Z = A W⁽ᴬ⁾ + b + N(0, s²), s = σ · Δ_Z with Δ_Z = c·{1, √2, √(2D), √k}
       (:meth:`GdpLevel.embedding_sensitivity`), then row-normalised (Alg. 2, line 15).
@@ -92,7 +92,7 @@ class DpEmbedding(GdpRelease):
         data = node_data(task)
         p = self.params
         n = data.num_nodes
-        edges = aggregation_edges(task, self.level, self.generator)
+        edges = aggregation_edges(task, self.level, caps=False)  # DP-Emb's bounds need no cap
         # row i of A: node i's in-neighbours (edges j → i), as a sparse (n, n) matrix
         adjacency = torch.sparse_coo_tensor(torch.stack([edges[1], edges[0]]), torch.ones(edges.shape[1]),
                                             (n, n), check_invariants=True).coalesce()

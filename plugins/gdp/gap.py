@@ -6,8 +6,9 @@ Stages (paper 4, Alg. 1):
    DP-SGD (group size 1); at edge level features and labels are public and it trains without
    noise (App. G). Releases H⁽⁰⁾ = row-normalised encoder outputs of every node.
 2. ``gap_aggregates`` — PMA over L hops: H⁽ˡ⁾ = row-normalise(A·H⁽ˡ⁻¹⁾ + N(0, s²)) with
-   s = σ · Δ, Δ the per-hop sensitivity of :mod:`~graphveil.plugins.gdp.levels` (2√D at node and
-   k-neighbor level on the out-degree-bounded graph, 1 per directed entry at edge level).
+   s = σ · Δ, Δ the per-hop sensitivity of :mod:`~graphveil.plugins.gdp.levels` (2√D at node level
+   on a graph of out-degree ≤ D — refused above D —, √(4D + k(k + 4)) at k-neighbor level on the
+   raw graph capped by a secret keyed order, 1 per directed entry at edge level).
    Releases Z = [H⁽⁰⁾ ‖ … ‖ H⁽ᴸ⁾]; accounted as L Gaussian mechanisms at noise multiplier σ.
 3. ``Train`` — DP-MLP_f, the run's model, on ``features: released:gap_aggregates`` by the run's
    per-node DP-SGD (non-private at edge level).
@@ -107,7 +108,7 @@ class Pma(GdpRelease):
         if ENCODER not in task.released:
             raise ConfigError(f"PMA aggregates the release {ENCODER!r}, which the plan has not run")
         h = task.released[ENCODER]
-        edges = aggregation_edges(task, self.level, self.generator)
+        edges = aggregation_edges(task, self.level, caps=True)  # k-neighbor: keyed cap at D
         self.bounded_edges = edges  # kept for inspection (tests: the bound holds)
         std = self.sigma() * self.sensitivity() if self.level.private else 0.0
         hops = [h]

@@ -1,9 +1,11 @@
 """Rooted computation subgraphs under node-level GDP: how many examples one node reaches, and
 the sampler that draws roots (DP-SAGE, Daigavane et al. 2021, as paper 4 runs it).
 
-Each example is a training node (the root) with its ``L``-hop in-neighbourhood on the
-out-degree-bounded graph (:func:`graphveil.subgraph_batch.rooted_subgraphs`: the nodes with a
-path of length ≤ L to the root, and every edge between them). Node u lies in the subgraph of
+Each example is a training node (the root) with its ``L``-hop in-neighbourhood
+(:func:`graphveil.subgraph_batch.rooted_subgraphs`: the nodes with a path of length ≤ L to the
+root, and every edge between them) on a graph of out-degree ≤ D. A larger graph is refused,
+never capped: a cap would change edges that do not touch the replaced node, which the count
+below excludes (:class:`graphveil.transforms.OutDegreeBound`). Node u lies in the subgraph of
 root v only if a path u → … → v of length ≤ L exists; with out-degree ≤ D there are at most
 N_L = Σ_{i=0}^{L} Dⁱ such roots (u itself included).
 

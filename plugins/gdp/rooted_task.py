@@ -1,9 +1,11 @@
-"""Node classification on rooted computation subgraphs of the out-degree-bounded graph (DP-SAGE).
+"""Node classification on rooted computation subgraphs of a graph of out-degree ≤ D (DP-SAGE).
 
 Training: the sampler draws root positions (:class:`~graphveil.plugins.gdp.rooted.RootBatch`);
-:meth:`RootedNodeClassification.lift` builds each root's L-hop in-neighbourhood on the graph
-whose out-degree is bounded by the unit's D (:class:`graphveil.transforms.OutDegreeBound`,
-applied once when the task is set up) and :meth:`~RootedNodeClassification.losses` gives one
+:meth:`RootedNodeClassification.lift` builds each root's L-hop in-neighbourhood on the graph,
+whose out-degree must be at most the unit's D: a larger graph is refused when the task is set
+up (:func:`~graphveil.plugins.gdp.common.check_out_degree_class`), never capped — the count G of
+changed examples (:mod:`~graphveil.plugins.gdp.rooted`) needs every changed edge to touch the
+replaced node, which no cap of a raw graph keeps. :meth:`~RootedNodeClassification.losses` gives one
 cross-entropy per root. Every node of the graph may appear in a subgraph (paper 4's
 transductive setting: the whole graph is private and covered by node-level GDP).
 
@@ -15,7 +17,6 @@ non-private run may read the model directly.
 
 from __future__ import annotations
 
-import secrets
 from typing import Any, ClassVar
 
 import torch
@@ -57,33 +58,31 @@ class RootedNodeClassification(NodeClassification):
     def __init__(self, params: RootedNodeClassificationParams | None = None) -> None:
         super().__init__(params if params is not None else RootedNodeClassificationParams())
         self.level = GdpLevel(None)
-        self.seed: int | None = None
         self.bounded_edges: torch.Tensor | None = None
 
     def configure(self, config: Any) -> None:
-        """The run's level (its D bounds the graph) and the predictions rule, before data is read."""
+        """The run's level (the graph must have out-degree ≤ its D) and the predictions rule, before
+        data is read."""
         if self.params.graph is not None:
             raise ConfigError("task 'rooted_node_classification': task.graph does not apply; the model reads "
                               "each root's subgraph of the out-degree-bounded graph")
         super().configure(config)
         unit = config.privacy.privacy_unit if config.privacy.enabled else None
         if config.privacy.enabled and (unit is None or unit.degree_bound is None):
-            raise ConfigError("task 'rooted_node_classification' bounds the graph's out-degree by the unit's D: "
+            raise ConfigError("task 'rooted_node_classification' needs the graph's out-degree bound D: "
                               "state privacy.unit 'node/replacement/D=<D>/predictions'")
-        self.level = GdpLevel(unit)
+        self.level = GdpLevel(unit, config.method.name)
         if config.privacy.enabled and self.params.predictions is None:
             raise ConfigError("task 'rooted_node_classification': in a private run the model's predictions on "
                               "the graph read every neighbour and are not covered; evaluate a release of "
                               "noisy outputs instead (predictions: 'released:dp_sage_outputs', method dp_sage)")
-        self.seed = config.seed
 
     def setup(self, data: Any, split: Any) -> None:
-        """The node split, then the out-degree bound D on the graph's edges (uniform per node)."""
+        """The node split, then the graph's edges, refused at node level if an out-degree exceeds D."""
         from graphveil.plugins.gdp.common import aggregation_edges
 
         super().setup(data, split)
-        seed = secrets.randbits(63) if self.seed is None else (self.seed * 1_000_003 + 7) % 2**63
-        self.bounded_edges = aggregation_edges(self, self.level, torch.Generator().manual_seed(seed))
+        self.bounded_edges = aggregation_edges(self, self.level, caps=False)
 
     def prepare_model(self, model: Model) -> None:
         if getattr(model, "structure", None) is not ExampleStructure.ROOT_SUBGRAPHS:

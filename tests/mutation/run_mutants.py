@@ -277,8 +277,50 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pma-sensitivity", "PMA's per-hop sensitivity 2√D at node level (√D instead)",
         (("plugins/gdp/levels.py",
-          "        return 2.0 * math.sqrt(self.unit.degree_bound)\n",
-          "        return math.sqrt(self.unit.degree_bound)  # MUTANT: factor 2 dropped\n"),),
+          "        return 2.0 * math.sqrt(d)\n",
+          "        return math.sqrt(d)  # MUTANT: factor 2 dropped\n"),),
+    ),
+    Mutant(
+        "pma-k-neighbor-sensitivity", "GAP's k-neighbor hop sensitivity √(4D + k(k + 4)) on the keyed cap "
+        "(paper 4's 2√D, which holds inside the out-degree class only)",
+        (("plugins/gdp/levels.py",
+          "            return math.sqrt(4 * d + self.unit.k * (self.unit.k + 4))\n",
+          "            return 2.0 * math.sqrt(d)  # MUTANT: the in-class bound on the raw graph\n"),),
+    ),
+    Mutant(
+        "node-degree-class-check", "node level's refusal of a graph whose out-degree exceeds D",
+        (("plugins/gdp/common.py",
+          "    if bound is None or largest <= bound:\n",
+          "    if True:  # MUTANT: any graph accepted at node level\n"),),
+    ),
+    Mutant(
+        "node-degree-class-at-bind", "the node-level degree check when the data is loaded (before any stage)",
+        (("plugins/gdp/common.py",
+          "        check_out_degree_class(task, self.level)\n        self.train_nodes = task.split.train\n",
+          "        self.train_nodes = task.split.train  # MUTANT: checked only when edges are read\n"),),
+    ),
+    Mutant(
+        "node-level-cap", "node level reads the raw graph (a keyed cap applied at node level instead, "
+        "the pre-issue-25 path)",
+        (("plugins/gdp/levels.py",
+          "        if not caps or self.unit is None or self.unit.kind is not UnitKind.K_NEIGHBOR:\n",
+          "        if not caps or self.unit is None or self.edge_level:  # MUTANT: node level capped too\n"),
+         ("plugins/gdp/common.py",
+          "    if bound is None or largest <= bound:\n",
+          "    if True:  # MUTANT: any graph accepted at node level\n")),
+    ),
+    Mutant(
+        "cap-order-by-position", "the keyed edge order of the out-degree cap (each column's position instead: "
+        "data-dependent)",
+        (("framework/transforms.py",
+          "        order = np.lexsort((dst, edge_priorities(edge_index, self.key), src))\n",
+          "        order = np.lexsort((np.arange(src.size), src))  # MUTANT: input order\n"),),
+    ),
+    Mutant(
+        "cap-key-from-seed", "the per-run secret key of GAP's k-neighbor cap (a fixed key instead)",
+        (("framework/transforms.py",
+          "        self.key = secrets.token_bytes(EDGE_KEY_BYTES) if key is None else key\n",
+          "        self.key = bytes(EDGE_KEY_BYTES) if key is None else key  # MUTANT: fixed key\n"),),
     ),
     Mutant(
         "gap-pma-std-halved", "GAP's per-hop aggregation noise std σ·Δ (σ·Δ/2 added, σ accounted)",
