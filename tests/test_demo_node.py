@@ -73,7 +73,7 @@ def test_every_row_states_the_unit_of_its_guarantee(tmp_path: Path) -> None:
     assert units["non-private GAP"] is None and units["non-private MLP"] is None
     assert units["edge ε=1 GAP"] == units["edge ε=1 DPDGC"] == "edge/replacement/predictions"
     assert units["node ε=16 DP-MLP"] == "node/replacement/predictions"
-    assert units["node ε=16 GAP"] == units["node ε=16 DP-SAGE"] == "node/replacement/D=100/predictions"
+    assert units["node ε=16 GAP"] == units["node ε=16 DP-SAGE"] == "node/replacement/D=168/predictions"
     assert ("unit", "unit", "") in demo_node.COLUMNS
 
 
