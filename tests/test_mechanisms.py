@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from graphveil.config import config_from_dict
 from graphveil.data.node_graph import NodeGraph
-from graphveil.errors import ConfigError, GraphVeilError
+from graphveil.errors import ConfigError
 from graphveil.host import PluginHost
 from graphveil.plugins.node_dp.accountant import NodeReplaceRdpAccountant
 from graphveil.plugins.node_dp.mechanisms import NoisyFeatures, NoisyFeaturesParams, clip_rows
@@ -204,10 +204,10 @@ def test_a_task_on_released_features_never_reads_dataset_x_after_the_release(hos
     assert tuple(session.released["noisy_features"].shape) == tuple(graph.x.shape)
     guard = CountingX(torch.full_like(graph.x, float("nan")))
     guard.install(graph)
-    if features == "raw":  # the control: the guard sees the raw path, and the NaNs stop training
-        with pytest.raises(GraphVeilError, match="NaN"):
-            session.train()
-        assert guard.reads > 0
+    if features == "raw":  # the control: the guard sees the raw path, and the NaNs reach the steps
+        nonfinite: list[int] = []  # (each such example is left out of the clipped sum, not an error)
+        session.train(on_step=lambda step, metrics: nonfinite.append(metrics["nonfinite"]))
+        assert guard.reads > 0 and sum(nonfinite) > 0
         return
     train = session.train()
     evaluation = session.evaluate()
