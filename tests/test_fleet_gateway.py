@@ -224,20 +224,12 @@ def test_a_chunked_body_is_counted_and_refused_at_the_limit(gateway: Running, up
     max_body bytes are ever held, nothing is forwarded."""
     with gateway.tls_socket() as sock:
         sock.sendall(head(Transfer_Encoding="chunked"))
-
-        def send() -> None:
-            chunk = f"{READ_SIZE:x}\r\n".encode() + b"\x00" * READ_SIZE + b"\r\n"
-            try:
-                for _ in range(400):  # 25 MiB if nobody stopped it
-                    sock.sendall(chunk)
-            except OSError:
-                pass
-
-        sender = threading.Thread(target=send, daemon=True)
-        sender.start()
+        # three times the limit, within what the gateway drops after its 413 (one thread: an
+        # SSL socket is not safe to send on and receive from at once)
+        chunk = f"{READ_SIZE:x}\r\n".encode() + b"\x00" * READ_SIZE + b"\r\n"
+        for _ in range(3 * 256 * 1024 // READ_SIZE):
+            sock.sendall(chunk)
         assert response(sock) == (413, f"request body over {256 * 1024} bytes".encode())
-        sender.join(PATIENCE)
-        assert not sender.is_alive()
     gateway.wait_until(lambda: gateway.stats.active == 0, "the connection closed")
     assert gateway.stats.peak_held <= 256 * 1024 and upstream.seen == []
     assert gateway.stats.bytes_read <= 256 * 1024 + 2 * READ_SIZE + LINGER_BYTES

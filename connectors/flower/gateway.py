@@ -61,8 +61,9 @@ MIB = 1 << 20
 READ_SIZE = 64 * 1024
 MAX_HEAD_BYTES = 64 * 1024
 #: After an error response to a request whose body was not read, the rest of the body is read
-#: and dropped for at most this long / this many bytes before the connection is closed, so that
-#: the client sees the response rather than a reset (a "lingering close").
+#: and dropped (at most this many bytes) and the connection held open for at most this long
+#: before it is closed, so that the client sees the response rather than a reset (a
+#: "lingering close").
 LINGER_SECONDS = 2.0
 LINGER_BYTES = MIB
 
@@ -316,6 +317,11 @@ class FleetGateway:
             async with asyncio.timeout(LINGER_SECONDS):
                 while dropped < LINGER_BYTES and (data := await reader.read(READ_SIZE)):
                     dropped += len(data)
+                # Past the byte budget, read nothing more but keep the connection open for the
+                # rest of the linger time: a sender then blocks on a full window instead of
+                # getting a reset that can discard the response before its reader sees it.
+                if dropped >= LINGER_BYTES:
+                    await asyncio.sleep(LINGER_SECONDS)
         self.stats.bytes_read += dropped
 
     def _count(self, why: str) -> None:
