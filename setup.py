@@ -1,8 +1,14 @@
-"""Map the three source folders onto one import namespace (see DESIGN.md, Layout)."""
+"""Three source roots, one import namespace: in each, a file's path is its module path
+(``framework/graphveil/session.py`` is ``graphveil.session``; ``plugins/graphveil/plugins/gdp`` is
+``graphveil.plugins.gdp``; DESIGN.md, Layout)."""
 
 from setuptools import find_packages, setup
 
-LAYERS = {"graphveil": "framework", "graphveil.plugins": "plugins", "graphveil.connectors": "connectors"}
+LAYERS = {
+    "graphveil": "framework/graphveil",
+    "graphveil.plugins": "plugins/graphveil/plugins",
+    "graphveil.connectors": "connectors/graphveil/connectors",
+}
 
 
 def _packages() -> list[str]:

@@ -25,7 +25,7 @@ CiteSeer 1827 / 500 / 1000 nodes, no preprocessing), 2-layer GCN with 32 hidden 
 dropout 0.5, C = 1, δ = 1e-5, lr 0.01 (DP-Adam: 0.1, the low end of the paper's tuned range);
 SGD 2000 epochs, Adam 500 epochs. "DP" is the whole training graph as one example (s = 1, q = 1);
 "DP split" cuts it into s = 10 splits, one split per step (the paper's lot size 1). Differences
-from the paper that the numbers depend on (see ``plugins/dp_gcn/README.md``): gradients really
+from the paper that the numbers depend on (see ``plugins/graphveil/plugins/dp_gcn/README.md``): gradients really
 clipped; σ from the replace-one analysis of what is run (sensitivity 2C, sampled without
 replacement); each split's forward sees its own subgraph; evaluation on the graph of the
 held-out nodes; no weight decay and no early stopping (the paper uses both only without DP);

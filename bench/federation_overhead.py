@@ -5,7 +5,7 @@ Run from a source checkout (it starts SuperLink/SuperNodes through ``deploy/scri
     python bench/federation_overhead.py [--rounds 3] [--sites 3] [--local-steps 10] [--cache both|on|off]
                                         [--model tiny-bert]
 
-The realistic round is the shipped app's default task (``connectors/flower/app/pyproject.toml``:
+The realistic round is the shipped app's default task (``connectors/graphveil/connectors/flower/app/pyproject.toml``:
 MiniLM + LoRA, 10 local steps, batch 64, held-out evaluation at each site) on a third of the
 bundled CiteSeer text graph per site; ``--model tiny-bert`` (max_length 16) is the small case.
 Each site runs with ``threads = 1`` and ``share-utility-metrics = true`` (so it evaluates).

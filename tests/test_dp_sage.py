@@ -1,5 +1,5 @@
 """DP-SAGE: rooted subgraphs on the out-degree-bounded graph, the hypergeometric accountant, and
-the output perturbation (plugins/gdp/rooted*.py, plugins/gdp/dp_sage.py).
+the output perturbation (plugins/graphveil/plugins/gdp/rooted*.py, plugins/graphveil/plugins/gdp/dp_sage.py).
 
 * replacing one node changes at most G = 2·Σ_{i≤L} Dⁱ − 1 rooted examples on random graphs of
   out-degree ≤ D (a larger graph is refused: tests/test_gdp_degree_class.py), and a tree reaches G exactly (so an understated G fails too);

@@ -23,7 +23,7 @@ from graphveil.connectors.flower.settings import (
 from graphveil.data import RelationalGraph, load_edge_list
 from graphveil.errors import ConfigError
 
-APP = Path(__file__).resolve().parents[1] / "connectors" / "flower" / "app"
+APP = Path(__file__).resolve().parents[1] / "connectors" / "graphveil" / "connectors" / "flower" / "app"
 
 
 def site(tmp_path: Path, **extra) -> SiteSettings:

@@ -1,4 +1,4 @@
-"""The guard's fork server (``connectors/flower/guard.py``): one forked process per task token,
+"""The guard's fork server (``connectors/graphveil/connectors/flower/guard.py``): one forked process per task token,
 tokens framed by lines whatever the pipe's chunks, exit at EOF, and no inherited generator state.
 
 The whole path (real SuperNodes, a task per round forked by each site's server) runs in

@@ -148,10 +148,10 @@ def test_bundled_cora_files_are_the_upstream_bytes() -> None:
 
 
 def test_package_data_ships_every_bundled_file() -> None:
-    """Every file under framework/data/bundled matches a package-data glob ('*' stays in one folder)."""
+    """Every file under framework/graphveil/data/bundled matches a package-data glob ('*' stays in one folder)."""
     globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["graphveil"]
-    bundled = ROOT / "framework" / "data" / "bundled"
-    files = [PurePosixPath(p.relative_to(ROOT / "framework").as_posix()) for p in bundled.rglob("*")
+    bundled = ROOT / "framework" / "graphveil" / "data" / "bundled"
+    files = [PurePosixPath(p.relative_to(ROOT / "framework" / "graphveil").as_posix()) for p in bundled.rglob("*")
              if p.is_file() and "__pycache__" not in p.parts]
     assert len(files) >= 14
 

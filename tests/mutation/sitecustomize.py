@@ -1,8 +1,8 @@
 """Loaded only in the mutation runner's subprocesses (its folder is put on ``PYTHONPATH``).
 
 The venv installs graphveil in editable mode: a ``.pth`` file installs a meta-path finder
-whose ``MAPPING`` sends ``graphveil`` → ``<repo>/framework``, ``graphveil.plugins`` →
-``<repo>/plugins`` and ``graphveil.connectors`` → ``<repo>/connectors``. ``.pth`` files are
+whose ``MAPPING`` sends ``graphveil`` → ``<repo>/framework/graphveil``, ``graphveil.plugins`` →
+``<repo>/plugins/graphveil/plugins`` and ``graphveil.connectors`` → ``<repo>/connectors/graphveil/connectors``. ``.pth`` files are
 processed before ``sitecustomize`` is imported, so here the finder exists and no graphveil
 module is imported yet: re-pointing its ``MAPPING`` at the mutated copy
 (``GRAPHVEIL_MUTATION_ROOT``) makes every process that inherits the environment (pytest,
@@ -29,7 +29,8 @@ if _ROOT:
         sys.stderr.write("mutation sitecustomize: graphveil was imported before the remap\n")
         raise SystemExit(97)
     _mapping = _finders[0].MAPPING
-    _layers = {"graphveil": "framework", "graphveil.plugins": "plugins", "graphveil.connectors": "connectors"}
+    _layers = {"graphveil": "framework/graphveil", "graphveil.plugins": "plugins/graphveil/plugins",
+               "graphveil.connectors": "connectors/graphveil/connectors"}
     if set(_mapping) != set(_layers):
         sys.stderr.write(f"mutation sitecustomize: unexpected editable mapping {_mapping}\n")
         raise SystemExit(97)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 SCRIPTS = REPO / "deploy" / "scripts"
 APP = Path(__file__).resolve().parent / "app"
 BIN = Path(sys.executable).parent

@@ -12,7 +12,7 @@ noise multiplier σ so that all stages together meet the target ε. A release wh
 leaves its noise unset (:meth:`~graphveil.mechanisms.Mechanism.calibrated`) takes that shared
 σ (noise std σ · sensitivity); the others bring their own noise and count at their fixed cost.
 
-The built-in ``dp_sgd`` method (``plugins/standard/methods.py``) is the plan of a run config's
+The built-in ``dp_sgd`` method (``plugins/graphveil/plugins/standard/methods.py``) is the plan of a run config's
 ``mechanisms: [...]`` followed by training; a plugin method returns any other plan.
 """
 

@@ -173,7 +173,7 @@ class OutDegreeBound(_DegreeTransform):
     sources then keep other edges; the reverse order fails on r's in-edges, and keeping the
     union of both fails two hops further (same test file, on small gadgets). No stable rule is
     known here, so node-level methods refuse a graph whose out-degree exceeds D and cap nothing
-    (``plugins/gdp/common.py``): their guarantee is paper 4's, over graphs of out-degree ≤ D.
+    (``plugins/graphveil/plugins/gdp/common.py``): their guarantee is paper 4's, over graphs of out-degree ≤ D.
     """
 
     def __init__(self, max_degree: int, key: bytes | None = None) -> None:
