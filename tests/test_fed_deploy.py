@@ -147,7 +147,7 @@ def _check_shipped_site(site: SiteSettings) -> None:
     for key in ("delta", "privacy_unit", "accountants", "min_noise_multiplier", "max_steps_per_round"):
         assert key in explicit, f"the shipped node config does not set {key}"
     assert not site.share_utility_metrics and not site.share_epsilon
-    app = tomllib.loads((REPO / "connectors" / "flower" / "app" / "pyproject.toml").read_text())
+    app = tomllib.loads((REPO / "connectors" / "graphveil" / "connectors" / "flower" / "app" / "pyproject.toml").read_text())
     fed = FederationSettings.from_run_config(flatten_dict(app["tool"]["flwr"]["app"]["config"]))
     check_site_policy(site, fed, site_run_config(fed, site, seed=0), local_steps=fed.local_steps)
 
