@@ -1,5 +1,5 @@
 """Three source roots, one import namespace: in each, a file's path is its module path
-(``framework/graphveil/session.py`` is ``graphveil.session``; ``plugins/graphveil/plugins/gdp`` is
+(``framework/graphveil/run/session.py`` is ``graphveil.run.session``; ``plugins/graphveil/plugins/gdp`` is
 ``graphveil.plugins.gdp``; DESIGN.md, Layout)."""
 
 from setuptools import find_packages, setup

@@ -29,6 +29,13 @@ STEPS = 7812
 
 def _calibration_cases() -> dict[str, tuple]:
     """(accountant factory, target ε, δ, steps): realistic settings for each RDP accountant."""
+    from graphveil.contract.profiles import (
+        PrivacyUnit,
+        SamplingKind,
+        SamplingProfile,
+        SensitivityKind,
+        SensitivityProfile,
+    )
     from graphveil.plugins.dp_gcn.accountant import SplitRdpAccountant
     from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE
     from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
@@ -37,13 +44,6 @@ def _calibration_cases() -> dict[str, tuple]:
     from graphveil.plugins.gdp.rooted_accountant import RootedRdpAccountant
     from graphveil.plugins.node_dp.accountant import NodeReplaceRdpAccountant
     from graphveil.plugins.node_dp.units import NODE_GDP
-    from graphveil.profiles import (
-        PrivacyUnit,
-        SamplingKind,
-        SamplingProfile,
-        SensitivityKind,
-        SensitivityProfile,
-    )
 
     def bound(cls, sampling, kind, unit):
         def make():

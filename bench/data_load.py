@@ -28,9 +28,9 @@ from pathlib import Path
 
 CHILD = r"""
 import hashlib, json, sys, time
-from graphveil.config import DataConfig
+from graphveil.run.config import DataConfig
 from graphveil.data import load_data
-from graphveil.host import default_host
+from graphveil.contract.host import default_host
 
 
 def status_mb(key):  # VmHWM, unlike ru_maxrss, starts afresh at exec (not the parent's peak)

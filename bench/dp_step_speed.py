@@ -57,8 +57,7 @@ def setup(args: argparse.Namespace):
     import torch
 
     torch.set_num_threads(args.threads)
-    from graphveil.components import TupleBatch
-    from graphveil.config import TrainingConfig
+    from graphveil.contract.sampler import TupleBatch
     from graphveil.data.loaders import load_bundled_citeseer
     from graphveil.engine.dp_step import (
         GaussianNoise,
@@ -70,6 +69,7 @@ def setup(args: argparse.Namespace):
     from graphveil.engine.losses import tuple_losses
     from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper  # the clipper a run uses
     from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
+    from graphveil.run.config import TrainingConfig
 
     graph = load_bundled_citeseer().subgraph(torch.arange(args.entities))
     params = {"model": args.model}

@@ -82,7 +82,7 @@ def warm_site(node_config: Path, run_config_json: str) -> None:
     for every ``go`` line on stdin run one round's local steps and evaluation and print their
     seconds (wall and CPU)."""
     run_config = json.loads(run_config_json)
-    from graphveil.session import TrainingSession
+    from graphveil.run.session import TrainingSession
 
     config = _site_config(node_config, run_config)
     import torch

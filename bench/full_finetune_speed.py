@@ -78,8 +78,7 @@ def setup(args: argparse.Namespace):
     import torch
 
     torch.set_num_threads(args.threads)
-    from graphveil.components import TupleBatch
-    from graphveil.config import TrainingConfig
+    from graphveil.contract.sampler import TupleBatch
     from graphveil.data.loaders import load_bundled_citeseer
     from graphveil.engine.dp_step import (
         GaussianNoise,
@@ -91,6 +90,7 @@ def setup(args: argparse.Namespace):
     from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper  # the clipper a run uses
     from graphveil.plugins.hf_causal.encoder import HfCausalEncoder, HfCausalParams
     from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
+    from graphveil.run.config import TrainingConfig
 
     class NoNoise(GaussianNoise):
         """Adds nothing (NOT private): isolates the engine's cost from the noise draw."""

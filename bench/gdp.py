@@ -40,9 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from graphveil.config import load_config
-from graphveil.host import PluginHost, default_host
-from graphveil.runner import mean_ci95, read_cells, run_training, sweep_cell
+from graphveil.contract.host import PluginHost, default_host
+from graphveil.run.config import load_config
+from graphveil.run.runner import mean_ci95, read_cells, run_training, sweep_cell
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 #: the project's offline datasets (shared/data next to the repository; see its README.md)
@@ -116,7 +116,7 @@ def guarantee(row: int, data: list[str], host: PluginHost, graphs: dict[str, Any
     (explicit, or the default rule over the unit's count on this dataset); ``–`` without privacy.
     ``graphs`` caches the loaded dataset across rows."""
     from graphveil.data.loaders import load_data
-    from graphveil.session import TrainingSession
+    from graphveil.run.session import TrainingSession
 
     _, _, config, overrides, eps, _ = ROWS[row]
     if eps is None:

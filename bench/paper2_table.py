@@ -41,9 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from graphveil.config import load_config
-from graphveil.host import default_host
-from graphveil.runner import mean_ci95, read_cells, run_training, sweep_cell
+from graphveil.contract.host import default_host
+from graphveil.run.config import load_config
+from graphveil.run.runner import mean_ci95, read_cells, run_training, sweep_cell
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PROTOCOLS = ["evaluation.few_shot={}", "evaluation.entity_classification={}"]

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 from graphveil.apps.demo import BASE, demo_configs
-from graphveil.config import merge_config
 from graphveil.data import load_graph
-from graphveil.outputs import dumps
-from graphveil.runner import run_training
+from graphveil.run.config import merge_config
+from graphveil.run.outputs import dumps
+from graphveil.run.runner import run_training
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,8 +22,15 @@ from opacus.accountants.analysis.rdp import compute_rdp
 from scipy.special import logsumexp
 from scipy.stats import binom
 
-from graphveil.errors import ConfigError, PrivacyError, ProfileMismatchError
-from graphveil.host import PluginHost
+from graphveil.contract.errors import ConfigError, PrivacyError, ProfileMismatchError
+from graphveil.contract.host import PluginHost
+from graphveil.contract.profiles import (
+    PrivacyUnit,
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
 from graphveil.plugins.entity_dp import coupled_rdp as C
 from graphveil.plugins.entity_dp.accountant import (
     CoupledRdpAccountant,
@@ -32,13 +39,6 @@ from graphveil.plugins.entity_dp.accountant import (
 )
 from graphveil.plugins.entity_dp.coupled_rdp import thm3_rdp, thmc1_rdp
 from graphveil.privacy import DEFAULT_ORDERS, rdp_to_epsilon
-from graphveil.profiles import (
-    PrivacyUnit,
-    SamplingKind,
-    SamplingProfile,
-    SensitivityKind,
-    SensitivityProfile,
-)
 
 ORDERS = np.asarray(DEFAULT_ORDERS)
 SOME = np.array([1.1, 1.5, 2.0, 2.7, 4.0, 6.3, 10.0, 24.0, 64.0, 256.0])
@@ -442,7 +442,7 @@ def test_params_through_the_host() -> None:
     host = PluginHost(autoload=False)
 
     class Plugin:
-        from graphveil.hookspecs import hookimpl
+        from graphveil.contract.hookspecs import hookimpl
 
         @hookimpl
         def graphveil_accountants(self):

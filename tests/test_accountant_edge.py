@@ -9,18 +9,18 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from graphveil.errors import PrivacyError, ProfileMismatchError
-from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
-from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant
-from graphveil.plugins.standard.no_accounting import NoAccountant
-from graphveil.privacy import DEFAULT_ORDERS, rdp_to_epsilon
-from graphveil.profiles import (
+from graphveil.contract.errors import PrivacyError, ProfileMismatchError
+from graphveil.contract.profiles import (
     PrivacyUnit,
     SamplingKind,
     SamplingProfile,
     SensitivityKind,
     SensitivityProfile,
 )
+from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
+from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant
+from graphveil.plugins.standard.no_accounting import NoAccountant
+from graphveil.privacy import DEFAULT_ORDERS, rdp_to_epsilon
 
 EDGE = SensitivityProfile(SensitivityKind.PER_TUPLE_EDGE, PrivacyUnit.EDGE, 1.0)
 

@@ -16,17 +16,17 @@ import math
 import pytest
 from opacus.accountants import PRVAccountant
 
-from graphveil.errors import PrivacyError
-from graphveil.host import PluginHost
-from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
-from graphveil.plugins.edge_dp.pld_accountant import EdgePldAccountant
-from graphveil.profiles import (
+from graphveil.contract.errors import PrivacyError
+from graphveil.contract.host import PluginHost
+from graphveil.contract.profiles import (
     PrivacyUnit,
     SamplingKind,
     SamplingProfile,
     SensitivityKind,
     SensitivityProfile,
 )
+from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
+from graphveil.plugins.edge_dp.pld_accountant import EdgePldAccountant
 
 EDGE = SensitivityProfile(SensitivityKind.PER_TUPLE_EDGE, PrivacyUnit.EDGE, 1.0)
 
@@ -143,9 +143,9 @@ def test_registered_for_the_edge_unit() -> None:
 def test_a_run_with_edge_pld_calibrates_trains_and_reports_both_epsilons(tmp_path) -> None:
     import json
 
-    from graphveil.config import config_from_dict
-    from graphveil.host import default_host
-    from graphveil.runner import run_training
+    from graphveil.contract.host import default_host
+    from graphveil.run.config import config_from_dict
+    from graphveil.run.runner import run_training
 
     host = default_host()
     raw = {

@@ -22,7 +22,7 @@ import pytest
 import torch
 from scipy import stats
 
-from graphveil.audit import (
+from graphveil.apps.audit import (
     canary_scores,
     format_audit,
     guess,
@@ -31,12 +31,12 @@ from graphveil.audit import (
     plant_canaries,
     run_audit,
 )
-from graphveil.config import SplitConfig, config_from_dict
+from graphveil.contract.errors import ConfigError, PrivacyError
+from graphveil.contract.units import PrivacyUnit
 from graphveil.data.graph import RelationalGraph
 from graphveil.data.split import split_key, split_position
-from graphveil.errors import ConfigError, PrivacyError
 from graphveil.privacy.one_run_audit import all_correct_bound, audit_p_value, epsilon_lower_bound
-from graphveil.units import PrivacyUnit
+from graphveil.run.config import SplitConfig, config_from_dict
 
 # ---------------------------------------------------------------------------------------------
 # the bound
@@ -324,7 +324,7 @@ def test_a_non_private_run_is_caught(toy, tmp_path):
 
 def test_scores_read_only_the_two_states(toy):
     """Same weights before and after: every score is exactly 0 (nothing but the states enters)."""
-    from graphveil.host import default_host
+    from graphveil.contract.host import default_host
 
     options = {k: v for k, v in TINY.items() if k != "name"}
     encoder = default_host().create("encoder", "hf_lora", options, where="encoder")

@@ -15,7 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphveil.errors import PrivacyError
+from graphveil.contract.errors import PrivacyError
+from graphveil.contract.profiles import (
+    PrivacyUnit,
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
 from graphveil.plugins.dp_gcn.accountant import SplitRdpAccountant
 from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE
 from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
@@ -25,13 +32,6 @@ from graphveil.plugins.node_dp.accountant import NodeReplaceRdpAccountant
 from graphveil.plugins.node_dp.units import NODE_GDP
 from graphveil.privacy import DEFAULT_ORDERS, bisect_sigma, rdp_to_epsilon
 from graphveil.privacy.order_window import OrderWindow
-from graphveil.profiles import (
-    PrivacyUnit,
-    SamplingKind,
-    SamplingProfile,
-    SensitivityKind,
-    SensitivityProfile,
-)
 
 ORDERS = np.asarray(DEFAULT_ORDERS)
 

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from graphveil.apps.cli import build_parser
-from graphveil.errors import PluginError
-from graphveil.hookspecs import hookimpl
-from graphveil.host import PluginHost
+from graphveil.contract.errors import PluginError
+from graphveil.contract.hookspecs import hookimpl
+from graphveil.contract.host import PluginHost
 
 
 def _commands(parser: argparse.ArgumentParser) -> set[str]:

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from graphveil.apps.cli_privacy import add_privacy_parser, main, run_privacy
-from graphveil.errors import GraphVeilError
-from graphveil.hookspecs import hookimpl
-from graphveil.host import PluginHost
+from graphveil.contract.errors import GraphVeilError
+from graphveil.contract.hookspecs import hookimpl
+from graphveil.contract.host import PluginHost
 from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
 from graphveil.plugins.edge_dp.pld_accountant import EdgePldAccountant
 from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant

@@ -20,12 +20,12 @@ import torch
 import yaml
 
 from graphveil.apps.cli_privacy import METHOD_CONFIGS, main
-from graphveil.config import config_from_dict
-from graphveil.hookspecs import hookimpl
-from graphveil.host import PluginHost
-from graphveil.mechanisms import Mechanism
-from graphveil.planning import NotPublicError, PublicSizes, PublicTask, planned_account
-from graphveil.units import PrivacyUnit
+from graphveil.contract.hookspecs import hookimpl
+from graphveil.contract.host import PluginHost
+from graphveil.contract.mechanism import Mechanism
+from graphveil.contract.units import PrivacyUnit
+from graphveil.run.config import config_from_dict
+from graphveil.run.planning import NotPublicError, PublicSizes, PublicTask, planned_account
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -85,7 +85,7 @@ def test_override_error_names_field(tmp_path: Path, capsys) -> None:
 
 
 def test_plugins_lists_components_with_plugin(capsys) -> None:
-    from graphveil.host import FAMILIES
+    from graphveil.contract.host import FAMILIES
 
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out
@@ -96,7 +96,7 @@ def test_plugins_lists_components_with_plugin(capsys) -> None:
 
 
 def test_run_with_a_sweep_section_calls_run_sweep(tmp_path: Path, capsys, monkeypatch) -> None:
-    import graphveil.runner as runner
+    import graphveil.run.runner as runner
 
     calls = []
     monkeypatch.setattr(runner, "run_sweep",

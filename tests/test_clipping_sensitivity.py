@@ -33,10 +33,11 @@ from _graphs import graphs, make_graph
 from hypothesis import assume, given, settings, target
 from hypothesis import strategies as st
 
-from graphveil.clipping import per_tuple_factors
-from graphveil.components import TupleBatch
+from graphveil.contract.clipper import per_tuple_factors
+from graphveil.contract.errors import GraphVeilError, PrivacyError, ProfileMismatchError
+from graphveil.contract.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind
+from graphveil.contract.sampler import TupleBatch
 from graphveil.data.graph import RelationalGraph
-from graphveil.errors import GraphVeilError, PrivacyError, ProfileMismatchError
 from graphveil.plugins import edge_dp, entity_dp
 from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper
 from graphveil.plugins.edge_dp.sampler import PoissonDecoupledSampler
@@ -49,7 +50,6 @@ from graphveil.plugins.entity_dp.clipping import (
 from graphveil.plugins.entity_dp.degree_cap import cap_degrees
 from graphveil.plugins.entity_dp.sampler import PoissonWithReplacementNegSampler, PoissonWORSampler
 from graphveil.plugins.standard.no_clip import NoClip
-from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind
 
 C = 1.0
 SLACK = 1e-9

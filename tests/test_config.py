@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from graphveil.config import load_config, parse_override
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
+from graphveil.run.config import load_config, parse_override
 
 GOOD = """
 name: t

@@ -17,7 +17,7 @@ import yaml
 from torch_geometric.data import Data
 
 from graphveil.apps.cli import main
-from graphveil.config import DataConfig, load_config
+from graphveil.contract.errors import DataError
 from graphveil.data import (
     load_bundled_citeseer,
     load_citeseer_tape,
@@ -26,7 +26,7 @@ from graphveil.data import (
     load_pyg,
 )
 from graphveil.data.graph import RelationalGraph
-from graphveil.errors import DataError
+from graphveil.run.config import DataConfig, load_config
 
 SHARED = Path("/work/shared/data")
 TAPE = SHARED / "text_attributed" / "citeseer_tape"

@@ -9,12 +9,12 @@ import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphveil.config import DataConfig, RunConfig, config_from_dict, load_config
+from graphveil.contract.data_source import DataSource
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.hookspecs import hookimpl
+from graphveil.contract.host import PluginHost, default_host
 from graphveil.data import NodeGraph, RelationalGraph, create_data_source, load_data, load_graph
-from graphveil.data.sources import DataSource
-from graphveil.errors import ConfigError
-from graphveil.hookspecs import hookimpl
-from graphveil.host import PluginHost, default_host
+from graphveil.run.config import DataConfig, RunConfig, config_from_dict, load_config
 
 BUILTIN = {"citeseer", "citeseer_tape", "edge_list", "parquet", "planetoid", "pyg", "sql", "twitch"}
 # The run config of the node-classification example, exactly.

@@ -9,10 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data import RelationalGraph, load_bundled_citeseer, transfer_split
 from graphveil.data.split import split_key, split_position
 from graphveil.data.validate import canonical_edges
-from graphveil.errors import ConfigError, DataError
 
 
 def make_graph(n: int, pairs: list[tuple[int, int]]) -> RelationalGraph:

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from graphveil.contract.errors import DataError, GraphVeilError
 from graphveil.data import load_citeseer_tape, load_edge_list
 from graphveil.data.validate import (
     DUPLICATES,
@@ -21,7 +22,6 @@ from graphveil.data.validate import (
     check_features,
     check_index_range,
 )
-from graphveil.errors import DataError, GraphVeilError
 
 ENTITIES = "id,text,label\na,alpha text,x\nb,beta text,y\nc,gamma text,x\nd,delta text,\n"
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data.graph import RelationalGraph
-from graphveil.errors import ConfigError, DataError
 from graphveil.plugins.entity_dp.degree_cap import cap_degrees, greedy_keep_mask
 
 # Ways of computing the same mask: pure loop, pure rounds, rounds then loop, the default.

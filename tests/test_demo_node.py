@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from graphveil.apps import demo, demo_node
+from graphveil.apps import comparison, demo, demo_node
 from graphveil.apps.cli import build_parser, main
-from graphveil.config import load_config
-from graphveil.host import default_host
-from graphveil.runner import sweep_cell
+from graphveil.contract.host import default_host
+from graphveil.run.config import load_config
+from graphveil.run.runner import sweep_cell
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,7 +65,7 @@ def test_rows_are_the_benchmarks_cells_but_for_the_changes_they_name(tmp_path: P
 
 
 def test_every_row_states_the_unit_of_its_guarantee(tmp_path: Path) -> None:
-    from graphveil.runner import planned_unit
+    from graphveil.run.runner import planned_unit
 
     host = default_host()
     units = {label: planned_unit(cfg, host) for label, cfg, _ in demo_node.node_demo_configs(
@@ -111,7 +111,7 @@ def test_a_failing_row_leaves_no_demo_folder(tmp_path: Path, monkeypatch) -> Non
 def test_markdown_table_cells() -> None:
     cols = [("name", "run", ""), ("acc", "acc", ".2%"), ("epsilon", "ε", ".3f")]
     rows = [{"name": "a", "acc": 0.5, "epsilon": math.inf}, {"name": "b", "acc": float("nan"), "epsilon": 1.0}]
-    assert demo.markdown_table(rows, cols).splitlines() == [
+    assert comparison.markdown_table(rows, cols).splitlines() == [
         "| run | acc | ε |", "|---|---|---|", "| a | 50.00% | ∞ |", "| b | - | 1.000 |"]
 
 

@@ -12,7 +12,7 @@ import yaml
 
 from graphveil.apps import demo
 from graphveil.apps.cli import build_parser, main
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
 
 KEYS = [key for key, _, _ in demo.ROWS]
 

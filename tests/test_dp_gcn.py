@@ -33,13 +33,19 @@ from hypothesis import strategies as st
 from scipy import stats
 from torch_geometric.data import Data
 
-from graphveil.config import SplitConfig, config_from_dict
+from graphveil.contract.errors import ConfigError, PrivacyError, ProfileMismatchError
+from graphveil.contract.invariant import check_run, check_structure
+from graphveil.contract.profiles import (
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
+from graphveil.contract.units import Adjacency, UnitKind
 from graphveil.data.node_graph import NodeGraph
 from graphveil.engine.dp_step import GaussianNoise, dp_step
 from graphveil.engine.per_tuple import PerTupleGrad
-from graphveil.errors import ConfigError, PrivacyError, ProfileMismatchError
 from graphveil.evaluation import accuracy, macro_f1
-from graphveil.invariant import check_run, check_structure
 from graphveil.plugins.dp_gcn.accountant import SplitRdpAccountant, split_step_event
 from graphveil.plugins.dp_gcn.clipping import PerSplitClipper
 from graphveil.plugins.dp_gcn.gcn import GCN, GCNParams
@@ -52,9 +58,8 @@ from graphveil.plugins.node_dp.clipping import PerNodeClipper
 from graphveil.plugins.node_dp.mlp import MLP
 from graphveil.plugins.standard.no_clip import NoClip
 from graphveil.privacy import DEFAULT_ORDERS
-from graphveil.profiles import SamplingKind, SamplingProfile, SensitivityKind, SensitivityProfile
+from graphveil.run.config import SplitConfig, config_from_dict
 from graphveil.subgraph_batch import SubgraphBatch
-from graphveil.units import Adjacency, UnitKind
 
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES, CLASSES = 5, 3
@@ -587,7 +592,7 @@ def test_held_out_evaluation_reads_no_training_data_and_full_does() -> None:
 
 
 def private_session(graph: NodeGraph, sigma: float, clip: float, lr: float, s: int, b: int):
-    from graphveil.session import TrainingSession
+    from graphveil.run.session import TrainingSession
 
     raw = {
         "name": "e2e-dp-gcn", "seed": 1,
@@ -643,7 +648,7 @@ def test_a_private_session_step_is_the_hand_clipped_sum_plus_sigma_c_noise(run: 
 
 @pytest.mark.slow
 def test_a_non_private_gcn_on_cora_splits_beats_the_majority_class(one_thread) -> None:
-    from graphveil.session import TrainingSession
+    from graphveil.run.session import TrainingSession
 
     raw = {
         "name": "gcn-cora-nonprivate", "seed": 0,

@@ -24,9 +24,15 @@ from _graphs import node_graph_within
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphveil.config import config_from_dict
-from graphveil.errors import ConfigError, PrivacyError
-from graphveil.host import PluginHost
+from graphveil.contract.errors import ConfigError, PrivacyError
+from graphveil.contract.host import PluginHost
+from graphveil.contract.profiles import (
+    PrivacyUnit,
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
 from graphveil.plugins.gdp.dp_sage import OUTPUTS
 from graphveil.plugins.gdp.rooted import (
     RootSubgraphParams,
@@ -36,14 +42,8 @@ from graphveil.plugins.gdp.rooted import (
 )
 from graphveil.plugins.gdp.rooted_accountant import RootedRdpAccountant, rooted_step_rdp
 from graphveil.privacy.conversion import rdp_to_epsilon
-from graphveil.profiles import (
-    PrivacyUnit,
-    SamplingKind,
-    SamplingProfile,
-    SensitivityKind,
-    SensitivityProfile,
-)
-from graphveil.session import TrainingSession
+from graphveil.run.config import config_from_dict
+from graphveil.run.session import TrainingSession
 from graphveil.subgraph_batch import rooted_subgraphs
 from graphveil.transforms import OutDegreeBound
 

@@ -9,8 +9,10 @@ import pytest
 import torch
 from scipy import stats
 
-from graphveil.components import Clipper, TupleBatch
-from graphveil.config import TrainingConfig
+from graphveil.contract.clipper import Clipper
+from graphveil.contract.errors import PluginError
+from graphveil.contract.profiles import PrivacyUnit, SensitivityKind
+from graphveil.contract.sampler import TupleBatch
 from graphveil.data.graph import RelationalGraph
 from graphveil.engine import noise as noise_module
 from graphveil.engine.dp_step import (
@@ -25,8 +27,7 @@ from graphveil.engine.dp_step import (
 from graphveil.engine.losses import tuple_losses
 from graphveil.engine.noise import secure_standard_normal
 from graphveil.engine.per_tuple import PerTupleGrad
-from graphveil.errors import PluginError
-from graphveil.profiles import PrivacyUnit, SensitivityKind
+from graphveil.run.config import TrainingConfig
 
 INFONCE = LossSpec("infonce", temperature=0.2)
 N_ENTITIES = 30

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import ValidationError
 
+from graphveil.contract.errors import ConfigError, DataError
+from graphveil.contract.host import PluginHost
 from graphveil.data.graph import RelationalGraph
-from graphveil.errors import ConfigError, DataError
-from graphveil.host import PluginHost
 from graphveil.plugins.hf_lora.encoder import TINY_BERT, HfLoraEncoder, HfLoraParams
 
 TEXTS = [

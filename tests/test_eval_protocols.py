@@ -11,14 +11,14 @@ import pytest
 import torch
 import yaml
 
-from graphveil.components import Encoder
-from graphveil.config import DataConfig, FewShotConfig, config_from_dict
+from graphveil.contract.errors import ConfigError, DataError
+from graphveil.contract.model import Encoder
 from graphveil.data import RelationalGraph, load_data
 from graphveil.engine.dp_step import LossSpec
-from graphveil.errors import ConfigError, DataError
 from graphveil.evaluation import few_shot_classification, fit_linear_probe
 from graphveil.plugins.standard.few_shot import few_shot_relation_prediction, split_few_shot
-from graphveil.session import TrainingSession
+from graphveil.run.config import DataConfig, FewShotConfig, config_from_dict
+from graphveil.run.session import TrainingSession
 
 
 class LinearEncoder(Encoder):
@@ -184,7 +184,7 @@ def test_a_task_without_the_protocol_refuses_it() -> None:
 
 @pytest.mark.slow
 def test_run_reports_both_protocols_and_keeps_the_released_adapter() -> None:
-    from graphveil.runner import result_columns
+    from graphveil.run.runner import result_columns
 
     session = TrainingSession(config_from_dict(BASE, "protocols"))
     session.train()

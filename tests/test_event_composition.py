@@ -14,20 +14,20 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from graphveil.errors import PrivacyError
-from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
-from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant
-from graphveil.plugins.node_dp.accountant import NodeReplaceRdpAccountant
-from graphveil.plugins.node_dp.units import NODE_GDP
-from graphveil.privacy.conversion import rdp_to_epsilon
-from graphveil.privacy.events import PureDpEvent
-from graphveil.profiles import (
+from graphveil.contract.errors import PrivacyError
+from graphveil.contract.profiles import (
     PrivacyUnit,
     SamplingKind,
     SamplingProfile,
     SensitivityKind,
     SensitivityProfile,
 )
+from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
+from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant
+from graphveil.plugins.node_dp.accountant import NodeReplaceRdpAccountant
+from graphveil.plugins.node_dp.units import NODE_GDP
+from graphveil.privacy.conversion import rdp_to_epsilon
+from graphveil.privacy.events import PureDpEvent
 
 Rel = dp_accounting.privacy_accountant.NeighboringRelation
 

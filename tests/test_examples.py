@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from graphveil.apps.demo import demo_configs
-from graphveil.config import load_config
-from graphveil.session import TrainingSession
+from graphveil.run.config import load_config
+from graphveil.run.session import TrainingSession
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
 

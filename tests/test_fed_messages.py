@@ -32,7 +32,7 @@ from graphveil.connectors.flower import records
 from graphveil.connectors.flower.settings import FederationSettings
 from graphveil.connectors.flower.site import handle_train
 from graphveil.connectors.flower.strategy import SiteRounds, make_strategy
-from graphveil.errors import DataError
+from graphveil.contract.errors import DataError
 from graphveil.ledger import PrivacyLedger, WitnessHead
 
 RATE, DELTA, SIGMA = 0.02, 1e-5, 1.0
@@ -243,7 +243,7 @@ def test_every_reply_after_the_ledger_opened_carries_its_witness_head_and_the_se
     ledger, its next trained reply goes backwards and is not aggregated."""
     import shutil
 
-    from graphveil.ledger_witness import Witness
+    from graphveil.ledger.witness import Witness
 
     cfg = node_config(tmp_path, budget=dp_accounting_epsilon([(SIGMA, RATE, 9)], DELTA) * (1 + 1e-9))
     ctx = site_context(11, cfg, RUN_CONFIG)
@@ -287,7 +287,7 @@ def test_every_reply_after_the_ledger_opened_carries_its_witness_head_and_the_se
 
 def test_an_unreadable_witness_file_stops_the_run_before_its_first_round(tmp_path: Path) -> None:
     from graphveil.connectors.flower.server import run_federation
-    from graphveil.ledger_witness import WitnessError
+    from graphveil.ledger.witness import WitnessError
 
     witness = tmp_path / "witness.jsonl"
     witness.write_text('{"site": "a", "seq": 1, "head": "zz", "time": 1}\n')
@@ -398,8 +398,8 @@ def test_server_loop_in_process_survives_a_refusal_and_a_dropout(tmp_path: Path)
 
     grid.push_messages = push
 
-    from graphveil.hookspecs import hookimpl
-    from graphveil.host import PluginHost
+    from graphveil.contract.hookspecs import hookimpl
+    from graphveil.contract.host import PluginHost
 
     class RoundWatcher:
         seen: list[tuple[int, int]] = []
@@ -423,7 +423,7 @@ def test_server_loop_in_process_survives_a_refusal_and_a_dropout(tmp_path: Path)
     assert summary["sites"]["c"]["epsilon"] == pytest.approx(budget_c)
     # the witness, kept beside the run folders: each site's checkpoints as its replies carried them
     # (c: trained, then refused twice as spent, before any ledger row: its checkpoint stays 1)
-    from graphveil.ledger_witness import Witness
+    from graphveil.ledger.witness import Witness
 
     assert summary["ledger-witness"] == str(tmp_path / "out" / "ledger-witness.jsonl")
     witness = Witness(summary["ledger-witness"])

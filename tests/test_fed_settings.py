@@ -20,8 +20,8 @@ from graphveil.connectors.flower.settings import (
     round_seed,
     site_run_config,
 )
+from graphveil.contract.errors import ConfigError
 from graphveil.data import RelationalGraph, load_edge_list
-from graphveil.errors import ConfigError
 
 APP = Path(__file__).resolve().parents[1] / "connectors" / "graphveil" / "connectors" / "flower" / "app"
 
@@ -140,8 +140,8 @@ def test_site_column_key_errors_name_the_key(tmp_path: Path) -> None:
         SiteSettings.from_mapping({"site-name": "a", "ledger": "/l", "epsilon-budget": 1.0, "delta": 1e-6,
                                    "privacy-unit": "edge", "data-source": "citeseer", "data-text-col": "body"})
     # a column missing from the site's file names the run-config key (RUNBOOK §3 maps it to the node config key)
+    from graphveil.contract.errors import DataError
     from graphveil.data import load_graph
-    from graphveil.errors import DataError
 
     (tmp_path / "e.tsv").write_text("id_1\tid_2\nx\ty\n")
     (tmp_path / "n.jsonl").write_text('{"id": "x", "text": "one"}\n')

@@ -15,8 +15,8 @@ import dp_accounting
 import torch
 from opacus.accountants import RDPAccountant
 
-from graphveil.components import Accountant
-from graphveil.profiles import (
+from graphveil.contract.accountant import Accountant
+from graphveil.contract.profiles import (
     PrivacyUnit,
     SamplingKind,
     SamplingProfile,

@@ -56,7 +56,7 @@ def _site_session(node_config: Path, seed: int = 0):
         SiteSettings,
         site_run_config,
     )
-    from graphveil.session import TrainingSession
+    from graphveil.run.session import TrainingSession
 
     fed = FederationSettings.from_run_config(_app_run_config())
     session = TrainingSession(site_run_config(fed, SiteSettings.from_toml(node_config), seed=seed))
@@ -173,7 +173,7 @@ def test_the_server_witnessed_each_ledger_head_and_each_ledger_holds_them(federa
     """Every reply carried its site's ledger head; the ServerApp kept them in the witness file next
     to the run folders, and ``graphveil budget verify --witness`` at each site finds them all."""
     from graphveil.ledger import PrivacyLedger
-    from graphveil.ledger_witness import Witness
+    from graphveil.ledger.witness import Witness
 
     path = federation.root / "server-out" / "ledger-witness.jsonl"
     witness = Witness(path)

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphveil.config import config_from_dict
+from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data.graph import RelationalGraph
 from graphveil.engine.losses import tuple_losses
 from graphveil.engine.per_tuple import PerTupleGrad
-from graphveil.errors import ConfigError, DataError
 from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
 from graphveil.plugins.hf_lora.frozen_head import FrozenHeadEncoder, FrozenHeadParams
-from graphveil.runner import run_training
+from graphveil.run.config import config_from_dict
+from graphveil.run.runner import run_training
 
 N = 24
 WORDS = "graph privacy tuple entity relation noise clip adam lora token text model".split()
@@ -176,8 +176,8 @@ def test_the_relational_task_takes_a_feature_graph_from_a_node_source() -> None:
     relational task reads its relations (each once) and frozen_head its features."""
     from _graphs import hub_node_graph
 
-    from graphveil.config import SplitConfig
     from graphveil.plugins.standard.relational import RelationalTask
+    from graphveil.run.config import SplitConfig
 
     nodes = hub_node_graph()
     task = RelationalTask()

@@ -15,13 +15,13 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from graphveil.components import TupleBatch
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.host import PluginHost
+from graphveil.contract.sampler import TupleBatch
 from graphveil.data.graph import RelationalGraph
 from graphveil.engine.dp_step import GaussianNoise, LossSpec, dp_step
 from graphveil.engine.losses import tuple_losses
 from graphveil.engine.per_tuple import PerTupleGrad
-from graphveil.errors import ConfigError
-from graphveil.host import PluginHost
 from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper
 from graphveil.plugins.hf_lora.encoder import TINY_BERT, HfLoraEncoder, HfLoraParams
 
@@ -224,9 +224,9 @@ def test_save_writes_a_model_directory_that_reloads_with_the_trained_weights(tmp
 
 
 def test_a_full_finetune_run_on_citeseer_writes_privacy_json_and_moves_non_lora_weights(tmp_path):
-    from graphveil.config import config_from_dict
-    from graphveil.host import default_host
-    from graphveil.runner import run_training
+    from graphveil.contract.host import default_host
+    from graphveil.run.config import config_from_dict
+    from graphveil.run.runner import run_training
 
     encoder = {"name": "hf_lora", "model": "tiny-bert", "finetune": "full", "max_length": 12, "seed": 5}
     raw = {

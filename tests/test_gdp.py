@@ -23,16 +23,16 @@ from _graphs import node_graph_within
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphveil.config import config_from_dict
-from graphveil.errors import ConfigError, PrivacyError
-from graphveil.host import PluginHost
-from graphveil.methods import Train
+from graphveil.contract.errors import ConfigError, PrivacyError
+from graphveil.contract.host import PluginHost
+from graphveil.contract.method import Train
+from graphveil.contract.units import PrivacyUnit
 from graphveil.plugins.gdp.common import aggregate, row_normalise
 from graphveil.plugins.gdp.levels import GdpLevel
 from graphveil.plugins.node_dp.accountant import node_step_event
 from graphveil.privacy.conversion import rdp_to_epsilon
-from graphveil.session import TrainingSession
-from graphveil.units import PrivacyUnit
+from graphveil.run.config import config_from_dict
+from graphveil.run.session import TrainingSession
 
 NeighborRel = dp_accounting.privacy_accountant.NeighboringRelation
 #: the runs' graph: hub_node_graph with degrees ≤ 3, inside node level's class for D = 3 (a graph

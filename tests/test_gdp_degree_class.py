@@ -28,17 +28,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.data import Data
 
-from graphveil.errors import DataError
-from graphveil.host import PluginHost
+from graphveil.contract.errors import DataError
+from graphveil.contract.host import PluginHost
+from graphveil.contract.units import PrivacyUnit
 from graphveil.plugins.gdp.common import (
     aggregate,
     aggregation_edges,
     row_normalise,
 )
 from graphveil.plugins.gdp.levels import GdpLevel
-from graphveil.session import TrainingSession
+from graphveil.run.session import TrainingSession
 from graphveil.transforms import OutDegreeBound
-from graphveil.units import PrivacyUnit
 
 NODE = "node/replacement/D={D}/predictions"
 KNB = "k_neighbor/replacement/k={k}/D={D}/predictions"

@@ -37,14 +37,14 @@ from _graphs import hub_node_graph
 from scipy import stats
 from test_gdp import EDGE, NODE, UNDIRECTED, config, rand_edge_config
 
-from graphveil.config import config_from_dict
+from graphveil.contract.host import PluginHost
+from graphveil.contract.units import PrivacyUnit
 from graphveil.engine import noise as noise_module
-from graphveil.host import PluginHost
 from graphveil.plugins.gdp.common import row_normalise
 from graphveil.plugins.gdp.levels import GdpLevel
-from graphveil.runner import planned_unit
-from graphveil.session import TrainingSession
-from graphveil.units import PrivacyUnit
+from graphveil.run.config import config_from_dict
+from graphveil.run.runner import planned_unit
+from graphveil.run.session import TrainingSession
 
 #: each tail of every two-sided bound (χ², binomial); KS p-values must exceed KS_P
 TAIL, KS_P = 1e-9, 1e-7

@@ -16,7 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from graphveil.components import Clipper, TupleBatch
+from graphveil.contract.clipper import Clipper
+from graphveil.contract.errors import PluginError
+from graphveil.contract.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind
+from graphveil.contract.sampler import TupleBatch
+from graphveil.contract.task import NodeBatch
 from graphveil.engine.dp_step import GaussianNoise, LossSpec, dp_step
 from graphveil.engine.grad_samplers import (
     Blocks,
@@ -29,9 +33,6 @@ from graphveil.engine.grad_samplers import (
 from graphveil.engine.grad_samplers.linear import LinearSampler
 from graphveil.engine.grad_samplers.module_bias import ModuleBiasSampler
 from graphveil.engine.per_tuple import PerTupleGrad
-from graphveil.errors import PluginError
-from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind
-from graphveil.tasks import NodeBatch
 
 MODES = ["auto", "ghost", "materialize"]
 FAST = settings(max_examples=10, deadline=None, derandomize=True)
@@ -499,7 +500,7 @@ class StandardClip(Clipper):
 
 def freq_clipper(clip_norm: float, k_neg: int):
     """The real FREQ-CLIP (paper 1, Alg. 1): thresholds from node frequencies in the WHOLE batch."""
-    from graphveil.clipping import ClipNormParams
+    from graphveil.contract.clipper import ClipNormParams
     from graphveil.plugins.entity_dp.clipping import FreqClipper
 
     clip = FreqClipper(ClipNormParams(clip_norm=clip_norm))

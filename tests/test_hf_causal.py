@@ -14,13 +14,13 @@ import torch
 import torch.nn.functional as F
 from pydantic import ValidationError
 
-from graphveil.components import TupleBatch
+from graphveil.contract.errors import ConfigError, DataError
+from graphveil.contract.host import PluginHost
+from graphveil.contract.sampler import TupleBatch
 from graphveil.data.graph import RelationalGraph
 from graphveil.engine.dp_step import GaussianNoise, LossSpec, dp_step
 from graphveil.engine.losses import tuple_losses
 from graphveil.engine.per_tuple import PerTupleGrad
-from graphveil.errors import ConfigError, DataError
-from graphveil.host import PluginHost
 from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper
 from graphveil.plugins.hf_causal.encoder import TINY_LLAMA, HfCausalEncoder, HfCausalParams
 
@@ -405,9 +405,9 @@ def test_frozen_states_are_reused_only_for_the_same_model_and_options():
 
 
 def test_an_edge_level_run_with_tiny_llama_trains_and_writes_privacy_json(tmp_path):
-    from graphveil.config import config_from_dict
-    from graphveil.host import default_host
-    from graphveil.runner import run_training
+    from graphveil.contract.host import default_host
+    from graphveil.run.config import config_from_dict
+    from graphveil.run.runner import run_training
 
     raw = {
         "name": "decoder-run", "seed": 1,

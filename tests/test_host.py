@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphveil.config import config_from_dict
+from graphveil.contract.errors import ConfigError, PluginError
+from graphveil.contract.hookspecs import hookimpl
+from graphveil.contract.host import PluginHost, PluginWarning
 from graphveil.data.graph import RelationalGraph
-from graphveil.errors import ConfigError, PluginError
-from graphveil.hookspecs import hookimpl
-from graphveil.host import PluginHost, PluginWarning
+from graphveil.run.config import config_from_dict
 
 BUILTIN = {
     ("sampler", "entity_poisson_wor"), ("sampler", "entity_poisson_wr"),
@@ -26,7 +26,7 @@ BUILTIN = {
 PLUGIN_SOURCE = textwrap.dedent(
     '''
     """A third-party plugin: clipping at half the threshold, declared as standard clipping."""
-    from graphveil.hookspecs import hookimpl
+    from graphveil.contract.hookspecs import hookimpl
     from graphveil.plugins.entity_dp.clipping import StandardNodeClipper
 
 
@@ -80,7 +80,7 @@ def test_third_party_plugin_is_discovered_and_selected_from_yaml(third_party: Pa
         "accountant": {"name": "coupled_rdp_standard"},
         "encoder": {"name": "hf_lora", "model": "tiny-bert"},
     })
-    from graphveil.session import TrainingSession
+    from graphveil.run.session import TrainingSession
 
     session = TrainingSession(config, host=host)
     session.assemble()
@@ -348,7 +348,7 @@ def test_lifecycle_hooks_get_read_only_views_and_records_are_unchanged(tmp_path:
         "output": {"dir": str(tmp_path / "run"), "progress": False},
         "data": {"split": {"train_fraction": 0.6}},
     })
-    from graphveil.runner import run_training
+    from graphveil.run.runner import run_training
 
     host = PluginHost()
     meddler = _Meddler()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from graphveil.config import config_from_dict
-from graphveil.errors import PrivacyError, ProfileMismatchError
-from graphveil.session import TrainingSession
+from graphveil.contract.errors import PrivacyError, ProfileMismatchError
+from graphveil.run.config import config_from_dict
+from graphveil.run.session import TrainingSession
 
 ENTITY = {"name": "entity_poisson_wor", "batch_size": 8, "k_neg": 2, "degree_cap": 3}
 ENTITY_WR = {"name": "entity_poisson_wr", "batch_size": 8, "k_neg": 2, "degree_cap": 3}

@@ -20,7 +20,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_fed_support import ORDERS, PoissonGaussianRdp, dp_accounting_epsilon, opacus_epsilon
 
-from graphveil.errors import PrivacyError
+from graphveil.contract.errors import PrivacyError
+from graphveil.contract.profiles import (
+    PrivacyUnit,
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
 from graphveil.ledger import (
     SCHEMA_VERSION,
     BudgetExhaustedError,
@@ -30,17 +37,10 @@ from graphveil.ledger import (
     WitnessHead,
     init_ledger,
 )
+from graphveil.ledger.site_key import key_path_for
 from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
 from graphveil.plugins.entity_dp.accountant import CoupledRdpAccountant
 from graphveil.privacy import DEFAULT_ORDERS, RdpParams, rdp_to_epsilon
-from graphveil.profiles import (
-    PrivacyUnit,
-    SamplingKind,
-    SamplingProfile,
-    SensitivityKind,
-    SensitivityProfile,
-)
-from graphveil.site_key import key_path_for
 
 DELTA = 1e-5
 RATE = 0.02

@@ -10,7 +10,7 @@ Two attacks on a site's ledger by whoever writes its file, and what now catches 
   sees the sequence number go backwards.
 
 Plus the witness's own rules (backwards, fork, equal and forward accepted, persistence, a
-corrupt file) on :class:`graphveil.ledger_witness.Witness`.
+corrupt file) on :class:`graphveil.ledger.witness.Witness`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from graphveil.ledger import (
     _row_hash,
     init_ledger,
 )
-from graphveil.ledger_witness import Witness, WitnessError
-from graphveil.site_key import key_path_for, load_site_key
+from graphveil.ledger.site_key import key_path_for, load_site_key
+from graphveil.ledger.witness import Witness, WitnessError
 
 _FIELDS = ("id", "created", "kind", "ref", "site", "run", "round", "steps", "noise_multiplier", "delta",
            "epsilon", "budget", "mechanism", "profile", "increment", "note", "prev_hash")

@@ -26,17 +26,22 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphveil.config import config_from_dict
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.host import PluginHost
+from graphveil.contract.profiles import (
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
 from graphveil.data.node_graph import NodeGraph
-from graphveil.errors import ConfigError
-from graphveil.host import PluginHost
 from graphveil.plugins.node_dp.accountant import NodeReplaceRdpAccountant
 from graphveil.plugins.node_dp.mechanisms import NoisyFeatures, NoisyFeaturesParams, clip_rows
 from graphveil.plugins.node_dp.task import NodeClassification, NodeClassificationParams
 from graphveil.plugins.node_dp.units import NODE_GDP
 from graphveil.privacy.conversion import rdp_to_epsilon
-from graphveil.profiles import SamplingKind, SamplingProfile, SensitivityKind, SensitivityProfile
-from graphveil.session import TrainingSession
+from graphveil.run.config import config_from_dict
+from graphveil.run.session import TrainingSession
 
 NeighborRel = dp_accounting.privacy_accountant.NeighboringRelation
 

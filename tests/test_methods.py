@@ -21,16 +21,16 @@ import numpy as np
 import pytest
 import torch
 
-from graphveil.config import config_from_dict
+from graphveil.contract.errors import ConfigError, PluginError, PrivacyError
+from graphveil.contract.hookspecs import hookimpl
+from graphveil.contract.host import PluginHost
+from graphveil.contract.mechanism import Mechanism
+from graphveil.contract.method import MODEL_KEY, Method, Plan, PostProcess, Release, Train
 from graphveil.data.node_graph import NodeGraph
-from graphveil.errors import ConfigError, PluginError, PrivacyError
-from graphveil.hookspecs import hookimpl
-from graphveil.host import PluginHost
-from graphveil.mechanisms import Mechanism
-from graphveil.methods import MODEL_KEY, Method, Plan, PostProcess, Release, Train
 from graphveil.plugins.node_dp.mechanisms import NoisyFeatures, NoisyFeaturesParams, clip_rows
 from graphveil.privacy.conversion import rdp_to_epsilon
-from graphveil.session import TrainingSession
+from graphveil.run.config import config_from_dict
+from graphveil.run.session import TrainingSession
 
 NeighborRel = dp_accounting.privacy_accountant.NeighboringRelation
 TARGET, STEPS, BATCH = 4.0, 6, 16
@@ -192,7 +192,7 @@ def test_a_plan_without_training_calibrates_sigma_for_its_releases_alone(plugin_
 
 
 def test_a_method_must_return_a_plan(plugin_host: PluginHost) -> None:
-    with pytest.raises(PluginError, match="'not_a_plan' returned list, not a graphveil.methods.Plan"):
+    with pytest.raises(PluginError, match="'not_a_plan' returned list, not a graphveil.contract.method.Plan"):
         TrainingSession(config(method="not_a_plan"), host=plugin_host, graph=node_graph()).assemble()
 
 

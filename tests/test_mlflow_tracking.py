@@ -24,9 +24,9 @@ import yaml
 from test_host import _toy_graph
 
 import graphveil.plugins.mlflow_tracking as tracking
-from graphveil.config import config_from_dict
-from graphveil.host import PluginHost, read_only
+from graphveil.contract.host import PluginHost, read_only
 from graphveil.plugins.mlflow_tracking.redact import flatten, redact
+from graphveil.run.config import config_from_dict
 
 SECRET, TOKEN = "s3cr3t-pw", "tok-0123456789"
 
@@ -83,7 +83,7 @@ def test_secrets_are_redacted_and_the_config_flattened() -> None:
 def test_a_private_run_is_read_back_through_mlflow(
         tmp_path: Path, sqlite_store: Path, switched_on: tracking.Tracker, monkeypatch: pytest.MonkeyPatch,
         request: pytest.FixtureRequest) -> None:
-    from graphveil.runner import run_training
+    from graphveil.run.runner import run_training
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{sqlite_store / 'mlflow.db'}")
     monkeypatch.chdir(sqlite_store)  # MLflow puts a SQLite store's artifacts under ./mlruns

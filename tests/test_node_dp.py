@@ -18,16 +18,21 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphveil.errors import PrivacyError, ProfileMismatchError
-from graphveil.invariant import check_run
+from graphveil.contract.errors import PrivacyError, ProfileMismatchError
+from graphveil.contract.invariant import check_run
+from graphveil.contract.profiles import (
+    SamplingKind,
+    SamplingProfile,
+    SensitivityKind,
+    SensitivityProfile,
+)
+from graphveil.contract.task import NodeBatch
+from graphveil.contract.units import Adjacency, PrivacyUnit, UnitKind
 from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
 from graphveil.plugins.node_dp.accountant import NodeReplaceRdpAccountant
 from graphveil.plugins.node_dp.clipping import PerNodeClipper
 from graphveil.plugins.node_dp.sampler import UniformNodeParams, UniformNodeSampler
 from graphveil.plugins.node_dp.units import NODE_GDP
-from graphveil.profiles import SamplingKind, SamplingProfile, SensitivityKind, SensitivityProfile
-from graphveil.tasks import NodeBatch
-from graphveil.units import Adjacency, PrivacyUnit, UnitKind
 
 
 def bound(n: int, b: int, clip: float = 1.0) -> NodeReplaceRdpAccountant:
@@ -158,13 +163,13 @@ def test_unit_labels_round_trip_and_keep_the_relational_labels() -> None:
 
 
 def test_a_whole_graph_model_is_refused_for_private_training_before_data_is_read() -> None:
-    from graphveil.components import ExampleStructure
-    from graphveil.config import config_from_dict
-    from graphveil.hookspecs import hookimpl
-    from graphveil.host import PluginHost
-    from graphveil.invariant import check_structure
+    from graphveil.contract.hookspecs import hookimpl
+    from graphveil.contract.host import PluginHost
+    from graphveil.contract.invariant import check_structure
+    from graphveil.contract.profiles import ExampleStructure
     from graphveil.plugins.node_dp.mlp import MLP
-    from graphveil.session import TrainingSession
+    from graphveil.run.config import config_from_dict
+    from graphveil.run.session import TrainingSession
 
     class FullGraphGCN(MLP):
         """Mixes every node in one forward."""

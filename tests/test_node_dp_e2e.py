@@ -16,9 +16,9 @@ import pytest
 import torch
 from scipy import stats
 
-from graphveil.config import config_from_dict
 from graphveil.data.node_graph import NodeGraph
-from graphveil.session import TrainingSession
+from graphveil.run.config import config_from_dict
+from graphveil.run.session import TrainingSession
 
 N, F, CLASSES, B = 120, 12, 3, 16
 

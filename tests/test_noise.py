@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from graphveil.config import config_from_dict
+from graphveil.contract.errors import ConfigError, PrivacyError
 from graphveil.data.graph import RelationalGraph
 from graphveil.engine.noise import (
     GaussianNoise,
@@ -19,12 +19,12 @@ from graphveil.engine.noise import (
     secure_4sum_normal,
     secure_standard_normal,
 )
-from graphveil.errors import ConfigError, PrivacyError
 from graphveil.privacy import default_delta
 from graphveil.privacy.delta import DEFAULT_DELTA_RULE
-from graphveil.records_store import FileRecordsStore, MemoryRecordsStore, records_key
-from graphveil.runner import run_training
-from graphveil.session import TrainingSession
+from graphveil.run.config import config_from_dict
+from graphveil.run.records_store import FileRecordsStore, MemoryRecordsStore, records_key
+from graphveil.run.runner import run_training
+from graphveil.run.session import TrainingSession
 
 
 def toy_graph(n: int = 90, m: int = 400) -> RelationalGraph:
@@ -226,12 +226,12 @@ def test_session_delta_counts_the_right_units() -> None:
 
 
 def test_explicit_large_delta_warns_naming_n(caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="graphveil.session"):
+    with caplog.at_level(logging.WARNING, logger="graphveil.run.session"):
         s = session(privacy={"delta": 0.05})
     assert s.delta == 0.05 and s.delta_rule == "explicit"
     assert f"n={s.num_units}" in caplog.text and "not below 1/n" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="graphveil.session"):
+    with caplog.at_level(logging.WARNING, logger="graphveil.run.session"):
         session(privacy={"delta": 1e-6})
     assert "not below 1/n" not in caplog.text
 

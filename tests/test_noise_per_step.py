@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from graphveil.apps.demo import demo_configs
-from graphveil.session import TrainingSession
+from graphveil.run.session import TrainingSession
 
 
 def _session(key: str) -> TrainingSession:

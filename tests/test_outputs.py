@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from graphveil.outputs import RunDirectory
+from graphveil.run.outputs import RunDirectory
 
 
 def test_commit_renames_the_partial_folder(tmp_path: Path) -> None:

@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from graphveil.config import DataConfig
+from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data import RelationalGraph, load_data
 from graphveil.data import parquet as parquet_module
-from graphveil.errors import ConfigError, DataError
+from graphveil.run.config import DataConfig
 
 ENTITIES = [("a", "alpha paper", "ml"), ("b", " beta, with a comma", "db"), ("c", "gamma", ""),
             ("d", "delta", "ml"), ("e", "epsilon \"quoted\"", "db")]

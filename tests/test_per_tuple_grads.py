@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from graphveil.contract.errors import PluginError
 from graphveil.data.graph import RelationalGraph
 from graphveil.engine.losses import tuple_losses
 from graphveil.engine.per_tuple import PerTupleGrad
-from graphveil.errors import PluginError
 
 MODES = ["auto", "ghost", "materialize"]
 FAST = settings(max_examples=12, deadline=None, derandomize=True)

@@ -17,18 +17,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphveil.errors import PrivacyError
-from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
-from graphveil.plugins.edge_dp.pld_accountant import EdgePldAccountant
-from graphveil.plugins.edge_dp.sigma_search import log_secant_search
-from graphveil.privacy import bisect_sigma
-from graphveil.profiles import (
+from graphveil.contract.errors import PrivacyError
+from graphveil.contract.profiles import (
     PrivacyUnit,
     SamplingKind,
     SamplingProfile,
     SensitivityKind,
     SensitivityProfile,
 )
+from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
+from graphveil.plugins.edge_dp.pld_accountant import EdgePldAccountant
+from graphveil.plugins.edge_dp.sigma_search import log_secant_search
+from graphveil.privacy import bisect_sigma
 
 EDGE = SensitivityProfile(SensitivityKind.PER_TUPLE_EDGE, PrivacyUnit.EDGE, 1.0)
 RTOL = EdgePldAccountant.CALIBRATE_RTOL

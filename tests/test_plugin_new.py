@@ -19,8 +19,8 @@ import pytest
 
 from graphveil.apps.cli import main
 from graphveil.apps.cli_plugin import SCAFFOLDS, new_plugin
-from graphveil.errors import ConfigError
-from graphveil.host import FAMILIES
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.host import FAMILIES
 
 GRAPHVEIL_CLI = Path(sys.executable).parent / "graphveil"
 #: family → (probe name, tests its package has)

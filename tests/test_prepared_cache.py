@@ -1,4 +1,4 @@
-"""The on-disk prepared cache (graphveil.prepared_cache) and its use by a federated site.
+"""The on-disk prepared cache (graphveil.run.prepared_cache) and its use by a federated site.
 
 A hit must give exactly the states the encoder would compute; any change of data, model
 weights or encoder option must miss; a damaged or foreign file is refused and rebuilt; the
@@ -19,9 +19,9 @@ import torch
 from graphveil.data import RelationalGraph
 from graphveil.plugins import hf_common
 from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
-from graphveil.prepared_cache import MAGIC, PreparedCache
+from graphveil.run.prepared_cache import MAGIC, PreparedCache
 
-#: A site key for the file-store tests (a site's own comes from graphveil.site_key).
+#: A site key for the file-store tests (a site's own comes from graphveil.ledger.site_key).
 SITE_KEY = bytes(range(32))
 TEXTS = ["graph neural networks for citation data", "privacy of relational learning",
          "a survey of text encoders", "differential privacy with sampling"]
@@ -232,10 +232,10 @@ def test_a_file_rewritten_in_place_without_the_site_key_changes_nothing(tmp_path
 
 
 def test_a_site_cache_is_keyed_with_the_site_key_or_off(tmp_path: Path, caplog) -> None:
-    from graphveil.site_key import create_site_key, key_path_for
+    from graphveil.ledger.site_key import create_site_key, key_path_for
 
     ledger = tmp_path / "ledger.sqlite"
-    with caplog.at_level("WARNING", logger="graphveil.prepared_cache"):
+    with caplog.at_level("WARNING", logger="graphveil.run.prepared_cache"):
         assert PreparedCache.for_site(tmp_path / "cache", ledger) is None
     assert "prepared cache off: " in caplog.text and "no site key" in caplog.text
     key = create_site_key(key_path_for(ledger))
@@ -245,7 +245,7 @@ def test_a_site_cache_is_keyed_with_the_site_key_or_off(tmp_path: Path, caplog) 
     assert PreparedCache(tmp_path / "cache", key=bytes(32)).load("k") is None  # another site's key
     key_path_for(ledger).chmod(0o644)
     caplog.clear()
-    with caplog.at_level("WARNING", logger="graphveil.prepared_cache"):
+    with caplog.at_level("WARNING", logger="graphveil.run.prepared_cache"):
         assert PreparedCache.for_site(tmp_path / "cache", ledger) is None
     assert "readable by others" in caplog.text
     with pytest.raises(ValueError, match="at least 32 bytes"):
@@ -282,11 +282,11 @@ def _site_rounds(tmp_path: Path, node: dict, rounds: range, caplog) -> list:
     """``handle_train`` for these rounds with real sessions (tiny-bert, 2 local steps)."""
     from test_fed_support import init_site_ledger, site_context
 
-    from graphveil.components import Encoder  # noqa: F401 - the encoder plugins register on import
     from graphveil.connectors.flower import records
     from graphveil.connectors.flower.settings import FederationSettings
     from graphveil.connectors.flower.site import handle_train
-    from graphveil.host import default_host
+    from graphveil.contract.host import default_host
+    from graphveil.contract.model import Encoder  # noqa: F401 - the encoder plugins register on import
 
     run = {"num-server-rounds": 3, "local-steps": 2, "min-sites": 1,
            "task.sampler.name": "edge_poisson_decoupled", "task.sampler.batch_size": 8, "task.sampler.k_neg": 2,
@@ -298,7 +298,7 @@ def _site_rounds(tmp_path: Path, node: dict, rounds: range, caplog) -> list:
     if not Path(node["ledger"]).exists():  # the operator's `graphveil budget init`, once
         init_site_ledger(node)
     ctx = site_context(3, node, run)
-    from graphveil.site_key import create_site_key, key_path_for
+    from graphveil.ledger.site_key import create_site_key, key_path_for
 
     if not key_path_for(node["ledger"]).exists():  # `graphveil budget init` creates it at a site
         create_site_key(key_path_for(node["ledger"]))
@@ -376,7 +376,7 @@ def test_a_warm_cache_never_skips_the_budget_check(tmp_path: Path, site_files, c
 
 def test_node_config_key_prepared_cache() -> None:
     from graphveil.connectors.flower.settings import SiteSettings
-    from graphveil.errors import ConfigError
+    from graphveil.contract.errors import ConfigError
 
     base = {"site-name": "a", "ledger": "/state/l.sqlite", "epsilon-budget": 1.0, "delta": 1e-6,
             "privacy-unit": "edge", "min-records": 64, "data-source": "citeseer"}

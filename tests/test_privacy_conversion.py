@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opacus.accountants.analysis.rdp import get_privacy_spent
 
-from graphveil.errors import GraphVeilError, PrivacyError
+from graphveil.contract.errors import GraphVeilError, PrivacyError
 from graphveil.privacy import DEFAULT_ORDERS, rdp_to_epsilon, validate_delta, validate_orders
 from graphveil.privacy import conversion as conversion_module
 

@@ -31,12 +31,12 @@ import pytest
 import torch
 from scipy import stats
 
-from graphveil.components import TupleBatch
-from graphveil.config import PrivacyConfig, RunConfig, config_from_dict
+from graphveil.contract.host import PluginHost
+from graphveil.contract.sampler import TupleBatch
 from graphveil.data.graph import RelationalGraph
 from graphveil.engine.dp_step import LossSpec, batch_losses
-from graphveil.host import PluginHost
-from graphveil.session import TrainingSession
+from graphveil.run.config import PrivacyConfig, RunConfig, config_from_dict
+from graphveil.run.session import TrainingSession
 
 N_NODES = 96
 K, K_NEG, BATCH = 4, 2, 8
@@ -86,7 +86,7 @@ def make_config(method: str, *, sigma: float, clip_norm: float, lr: float, seed:
 
 @pytest.fixture(scope="module")
 def host() -> PluginHost:
-    from graphveil.host import default_host
+    from graphveil.contract.host import default_host
 
     return default_host()
 

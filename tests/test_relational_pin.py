@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from test_private_run_e2e import make_config, toy_graph
 
-from graphveil.config import config_from_dict
-from graphveil.host import default_host
-from graphveil.session import TrainingSession
+from graphveil.contract.host import default_host
+from graphveil.run.config import config_from_dict
+from graphveil.run.session import TrainingSession
 
 PINNED = {
     # method: (σ at ε = 4 over 3 steps, ε after 3 steps, adapter checksum)

@@ -20,8 +20,8 @@ from graphveil.apps.cli_report import build_report
 from graphveil.apps.cli_sweep import parse_epsilons, parse_seeds
 from graphveil.apps.report_accounting import RunAccounting, steps_grid, targets_grid
 from graphveil.apps.report_data import ReportError, load_source
-from graphveil.errors import ConfigError
-from graphveil.host import default_host
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.host import default_host
 
 ORDERS = [2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
 NODE = {
@@ -200,8 +200,8 @@ def test_relational_run_is_reaccounted_from_its_recorded_profile(tmp_path: Path)
 
 def test_a_run_whose_claim_the_accountant_does_not_reproduce_is_refused(tmp_path: Path) -> None:
     """Tamper with a recorded ε: the curves would not describe the run, so none is drawn."""
-    from graphveil.config import config_from_dict
-    from graphveil.planning import PublicSizes, planned_account
+    from graphveil.run.config import config_from_dict
+    from graphveil.run.planning import PublicSizes, planned_account
 
     raw = {k: v for k, v in NODE.items() if k not in ("data", "sweep")}
     raw["privacy"] = {"noise_multiplier": 1.3, "delta": 1e-5}

@@ -20,10 +20,10 @@ import pytest
 import torch
 from _graphs import make_graph
 
-from graphveil.config import config_from_dict
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
 from graphveil.plugins.edge_dp.rr_baseline import RELATIONS, RelationRR
 from graphveil.privacy.randomized_response import flip_probability
+from graphveil.run.config import config_from_dict
 
 
 def toy_task(n: int = 120, m: int = 300, seed: int = 0) -> Any:
@@ -63,8 +63,8 @@ def test_a_run_keeps_and_flips_relations_at_the_epsilon_its_report_states(tmp_pa
     or ε/2 (p ≈ 0.18) is far outside."""
     from scipy import stats
 
-    from graphveil.host import default_host
-    from graphveil.session import TrainingSession
+    from graphveil.contract.host import default_host
+    from graphveil.run.session import TrainingSession
 
     session = TrainingSession(run_config(tmp_path, privacy={"target_epsilon": 3.0, "research_noise_seed": 9}),
                               host=default_host())
@@ -108,8 +108,8 @@ def run_config(tmp_path: Path, **overrides: Any) -> Any:
 
 
 def test_a_run_spends_exactly_epsilon_and_trains_on_the_released_relations(tmp_path: Path) -> None:
-    from graphveil.host import default_host
-    from graphveil.session import TrainingSession
+    from graphveil.contract.host import default_host
+    from graphveil.run.session import TrainingSession
 
     session = TrainingSession(run_config(tmp_path), host=default_host())
     session.prepare()
@@ -125,8 +125,8 @@ def test_a_run_spends_exactly_epsilon_and_trains_on_the_released_relations(tmp_p
 
 
 def test_the_written_privacy_report_is_pure_epsilon(tmp_path: Path) -> None:
-    from graphveil.host import default_host
-    from graphveil.runner import run_training
+    from graphveil.contract.host import default_host
+    from graphveil.run.runner import run_training
 
     run_training(run_config(tmp_path), host=default_host())
     report = json.loads((tmp_path / "run" / "privacy.json").read_text())
@@ -138,8 +138,8 @@ def test_the_written_privacy_report_is_pure_epsilon(tmp_path: Path) -> None:
     ({"privacy": {"noise_multiplier": 1.0}}, "target_epsilon"),
 ])
 def test_the_plan_refuses_what_it_cannot_account(tmp_path: Path, overrides: dict, message: str) -> None:
-    from graphveil.host import default_host
-    from graphveil.session import TrainingSession
+    from graphveil.contract.host import default_host
+    from graphveil.run.session import TrainingSession
 
     with pytest.raises(ConfigError, match=message):
         TrainingSession(run_config(tmp_path, **overrides), host=default_host()).assemble()
@@ -148,10 +148,10 @@ def test_the_plan_refuses_what_it_cannot_account(tmp_path: Path, overrides: dict
 def test_a_dp_sgd_stage_may_not_train_on_a_release(tmp_path: Path) -> None:
     """The sampler is bound to a release only for training without noise: with DP-SGD its
     profile would change after σ was calibrated for the raw training side."""
-    from graphveil.hookspecs import hookimpl
-    from graphveil.host import PluginHost
-    from graphveil.methods import Method, Plan, Release, Train
-    from graphveil.session import TrainingSession
+    from graphveil.contract.hookspecs import hookimpl
+    from graphveil.contract.host import PluginHost
+    from graphveil.contract.method import Method, Plan, Release, Train
+    from graphveil.run.session import TrainingSession
 
     class PrivateOnRelease(Method):
         def plan(self, config: Any, mechanisms: Any) -> Plan:

@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from scipy import stats
 
-from graphveil.components import TupleBatch
+from graphveil.contract.errors import ConfigError, DataError, PrivacyError
+from graphveil.contract.profiles import PrivacyUnit, SamplingKind
+from graphveil.contract.sampler import TupleBatch
 from graphveil.data.graph import RelationalGraph
-from graphveil.errors import ConfigError, DataError, PrivacyError
 from graphveil.plugins import edge_dp, entity_dp
 from graphveil.plugins.edge_dp.sampler import PoissonDecoupledSampler
 from graphveil.plugins.entity_dp.degree_cap import cap_degrees
 from graphveil.plugins.entity_dp.sampler import PoissonWithReplacementNegSampler, PoissonWORSampler
-from graphveil.profiles import PrivacyUnit, SamplingKind
 
 SAMPLERS = [PoissonWORSampler, PoissonWithReplacementNegSampler, PoissonDecoupledSampler]
 

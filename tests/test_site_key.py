@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from graphveil import site_key
-from graphveil.site_key import (
+from graphveil.ledger import site_key
+from graphveil.ledger.site_key import (
     SiteKeyError,
     create_site_key,
     key_path_for,

@@ -56,7 +56,7 @@ def test_a_node_level_site_keeps_one_capped_relation_set_across_rounds(tmp_path:
         return session
 
     from graphveil.connectors.flower.settings import FederationSettings
-    from graphveil.host import default_host
+    from graphveil.contract.host import default_host
 
     task = FederationSettings.from_run_config(RUN_CONFIG).check_task()
     encoder = default_host().create("encoder", task.encoder.name, task.encoder.params, where="test")

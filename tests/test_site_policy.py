@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from test_fed_support import RUN_CONFIG, SITE_POLICY, FakeEncoder, FakeSession, site_context
 
-from graphveil.config import PrivacyConfig
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.settings import (
     BUILTIN_ACCOUNTANTS,
@@ -25,7 +24,8 @@ from graphveil.connectors.flower.settings import (
     site_run_config,
 )
 from graphveil.connectors.flower.site import handle_train
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
+from graphveil.run.config import PrivacyConfig
 
 #: A node-level site: no size floor (the coupled accountants need the exact sizes).
 NODE_SITE = {"privacy-unit": "node", "min-records": None}

@@ -22,10 +22,10 @@ from test_fed_support import init_site_ledger, public_view, site_context
 
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.site import handle_train
+from graphveil.contract.hookspecs import hookimpl
+from graphveil.contract.host import PluginHost
 from graphveil.data.split import split_key, split_position
-from graphveil.hookspecs import hookimpl
-from graphveil.host import PluginHost
-from graphveil.session import TrainingSession
+from graphveil.run.session import TrainingSession
 
 pytestmark = pytest.mark.usefixtures("flower_task")
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 import yaml
 
-from graphveil.config import DataConfig, config_from_dict, load_config
+from graphveil.contract.errors import ConfigError, DataError
+from graphveil.contract.host import PluginHost
 from graphveil.data import (
     NodeGraph,
     RelationalGraph,
@@ -20,10 +21,9 @@ from graphveil.data import (
     planetoid_full_split,
 )
 from graphveil.data.two_graphs import TwoGraphs, join_graphs
-from graphveil.errors import ConfigError, DataError
-from graphveil.host import PluginHost
 from graphveil.plugins.node_dp.task import NodeClassification
 from graphveil.plugins.standard.relational import RelationalTask
+from graphveil.run.config import DataConfig, config_from_dict, load_config
 
 # ----------------------------------------------------------------------------------- planetoid_full
 
@@ -123,7 +123,7 @@ def two_graph_config(folder: Path) -> dict:
 
 @pytest.mark.slow
 def test_two_graphs_trains_on_a_and_evaluates_on_b(tmp_path: Path) -> None:
-    from graphveil.runner import run_training
+    from graphveil.run.runner import run_training
 
     result = run_training(config_from_dict(two_graph_config(tmp_path)))
     session = result["session"]

@@ -19,10 +19,10 @@ import yaml
 from _postgres import PostgresServer, ServerUnavailable, start_server
 from test_parquet_source import ENTITIES, RELATIONS, same_graph, write_csv
 
-from graphveil.config import DataConfig, load_config
+from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data import RelationalGraph, load_bundled_citeseer, load_data
 from graphveil.data import sql as sql_module
-from graphveil.errors import ConfigError, DataError
+from graphveil.run.config import DataConfig, load_config
 
 PASSWORD_ENV = "GRAPHVEIL_TEST_PG_PASSWORD"
 #: Extra tables of the test database: each breaks one validation rule.
@@ -495,11 +495,11 @@ def test_options_are_checked_before_connecting() -> None:
 @pytest.mark.slow  # two fresh interpreters importing GraphVeil
 def test_sqlalchemy_is_imported_only_when_used_and_its_absence_is_explained() -> None:
     code = ("import sys; import graphveil.data; from graphveil.plugins.standard import data_sources as d; "
-            "from graphveil.host import default_host; default_host(); print('sqlalchemy' in sys.modules)")
+            "from graphveil.contract.host import default_host; default_host(); print('sqlalchemy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     code = ("import sys; sys.modules['sqlalchemy'] = None\n"
-            "from graphveil.config import DataConfig\n"
+            "from graphveil.run.config import DataConfig\n"
             "DataConfig(source='sql', url='sqlite:///g.db', entities_table='e', relations_table='r')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode != 0 and "needs SQLAlchemy 2: pip install graphveil[sql]" in out.stderr

@@ -25,15 +25,15 @@ from torch_geometric.data import Data
 from torch_geometric.nn import GCNConv, SAGEConv, global_mean_pool
 from torch_geometric.utils import subgraph
 
-from graphveil.clipping import ClipNormParams
-from graphveil.components import ExampleStructure
+from graphveil.contract.clipper import ClipNormParams
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.invariant import check_structure
+from graphveil.contract.profiles import ExampleStructure
+from graphveil.contract.task import Batch, SubgraphBatch, rooted_subgraphs
 from graphveil.engine.dp_step import GaussianNoise, dp_step
 from graphveil.engine.grad_samplers import sampler_for
 from graphveil.engine.per_tuple import PerTupleGrad
-from graphveil.errors import ConfigError
-from graphveil.invariant import check_structure
 from graphveil.plugins.node_dp.clipping import PerNodeClipper
-from graphveil.tasks import Batch, SubgraphBatch, rooted_subgraphs
 
 MODES = ["auto", "ghost", "materialize"]
 CONVS = {"sage": SAGEConv, "gcn": GCNConv}
@@ -365,7 +365,7 @@ def test_rooted_subgraphs_are_in_neighbourhoods_and_reproduce_full_graph_roots()
 
 
 def test_sage_model_loads_through_the_host_and_trains_one_dp_step():
-    from graphveil.host import default_host
+    from graphveil.contract.host import default_host
     from graphveil.plugins.node_dp.sage import SAGE
 
     host = default_host()

@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 from test_node_dp_e2e import toy_nodes
 
-from graphveil.config import config_from_dict
-from graphveil.runner import mean_ci95, run_sweep
+from graphveil.run.config import config_from_dict
+from graphveil.run.runner import mean_ci95, run_sweep
 
 
 def test_mean_ci95_is_the_student_t_interval() -> None:

@@ -35,11 +35,11 @@ import dp_accounting
 import pytest
 import torch
 
-import graphveil.host
-from graphveil.config import load_config
-from graphveil.host import AUTOLOAD_OFF_ENV, ENTRY_POINT_GROUP, PluginHost
+import graphveil.contract.host
+from graphveil.contract.host import AUTOLOAD_OFF_ENV, ENTRY_POINT_GROUP, PluginHost
 from graphveil.privacy.conversion import DEFAULT_ORDERS
-from graphveil.runner import run_training
+from graphveil.run.config import load_config
+from graphveil.run.runner import run_training
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 GRAPHVEIL_CLI = Path(sys.executable).parent / "graphveil"
@@ -83,7 +83,7 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SimpleNamespac
     host = PluginHost()  # autoload: the one entry-point scan, as `graphveil` does
     # The process-wide host (used by config validation and `graphveil plugins`) is this one for
     # the test only, so the plugin does not leak into other tests.
-    monkeypatch.setattr(graphveil.host, "_default", host)
+    monkeypatch.setattr(graphveil.contract.host, "_default", host)
     return SimpleNamespace(root=tmp_path, host=host, config=config, module=importlib.import_module(PLUGIN))
 
 

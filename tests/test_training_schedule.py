@@ -22,13 +22,13 @@ import torch
 import yaml
 from test_private_run_e2e import toy_graph
 
-from graphveil.config import TrainingConfig, config_from_dict, load_config
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.hookspecs import hookimpl
+from graphveil.contract.host import PluginHost, default_host
 from graphveil.engine.dp_step import build_optimizer
 from graphveil.engine.schedules import LrSchedule, lr_factor, warmup_steps
-from graphveil.errors import ConfigError
-from graphveil.hookspecs import hookimpl
-from graphveil.host import PluginHost, default_host
-from graphveil.session import TrainingSession
+from graphveil.run.config import TrainingConfig, config_from_dict, load_config
+from graphveil.run.session import TrainingSession
 
 ENTITY_FREQ = ("entity_poisson_wor", "freq_clip", "coupled_rdp_freq")
 EDGE = ("edge_poisson_decoupled", "per_tuple_clip", "edge_rdp")
@@ -375,7 +375,7 @@ def test_a_site_continues_one_schedule_across_rounds(tmp_path: Path) -> None:
 
 
 def test_a_run_with_cosine_warmup_decay_and_micro_batches(tmp_path: Path) -> None:
-    from graphveil.runner import run_training
+    from graphveil.run.runner import run_training
 
     raw = {
         "name": "schedule-run", "seed": 1,

@@ -13,13 +13,13 @@ import torch
 import yaml
 
 from graphveil.apps.cli import main
-from graphveil.config import DataConfig, load_config
+from graphveil.contract.data_source import check_source_options
+from graphveil.contract.errors import ConfigError, DataError
+from graphveil.contract.host import default_host
 from graphveil.data.loaders import load_data
 from graphveil.data.node_graph import NodeGraph
-from graphveil.data.sources import check_source_options
 from graphveil.data.twitch import load_twitch
-from graphveil.errors import ConfigError, DataError
-from graphveil.host import default_host
+from graphveil.run.config import DataConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGB = ROOT.parent / "shared" / "data" / "social" / "musae_twitch_ENGB"

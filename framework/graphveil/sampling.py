@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphveil.components import Sampler, TupleBatch
-from graphveil.errors import ConfigError, DataError, PrivacyError
-from graphveil.profiles import SamplingProfile
+from graphveil.contract.errors import ConfigError, DataError, PrivacyError
+from graphveil.contract.profiles import SamplingProfile
+from graphveil.contract.sampler import Sampler, TupleBatch
 
 if TYPE_CHECKING:
     from graphveil.data.graph import RelationalGraph

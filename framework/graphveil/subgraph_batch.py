@@ -2,7 +2,7 @@
 
 A :class:`SubgraphBatch` wraps a ``torch_geometric.data.Batch`` in which graph ``i`` is example
 ``i`` (one clipping unit): the ``num_hops``-hop computation subgraph of a root node
-(:class:`~graphveil.components.ExampleStructure` ``root_subgraphs``, built by
+(:class:`~graphveil.contract.profiles.ExampleStructure` ``root_subgraphs``, built by
 :func:`rooted_subgraphs`), or one of disjoint components of a graph (``components``, paper 3's
 graph splits, e.g. :meth:`SubgraphBatch.from_data_list` of induced subgraphs).
 
@@ -42,7 +42,7 @@ __all__ = ["SubgraphBatch", "rooted_subgraphs"]
 class SubgraphBatch:
     """Examples that are graphs: a PyG ``Batch`` whose graph ``i`` is example ``i``.
 
-    Satisfies :class:`graphveil.tasks.Batch` (``size``, ``select``) and offers ``groups`` (row →
+    Satisfies :class:`graphveil.contract.task.Batch` (``size``, ``select``) and offers ``groups`` (row →
     example), so :func:`~graphveil.engine.dp_step.dp_step` clips per graph, micro-batched or not.
 
     :param graphs: a ``torch_geometric.data.Batch`` (``Batch.from_data_list``) with

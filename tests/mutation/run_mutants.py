@@ -149,19 +149,19 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "units-agree", "the whole-unit comparison of sampler, clipper, accountant and mechanisms",
-        (("framework/graphveil/invariant.py",
+        (("framework/graphveil/contract/invariant.py",
           "    if len({unit for _, unit in claimed}) > 1:\n",
           "    if False:  # MUTANT: units never compared\n"),),
     ),
     Mutant(
         "release-accounted", "accounting of one-shot releases (a mechanism's event not composed)",
-        (("framework/graphveil/session.py",
+        (("framework/graphveil/run/session.py",
           "                    self.accountant.compose_event(mechanism.event_at(self.noise_multiplier), stage.name)\n",
           "                    pass  # MUTANT: release not accounted\n"),),
     ),
     Mutant(
         "plan-calibration", "the plan's releases in σ calibration (σ calibrated for the steps alone)",
-        (("framework/graphveil/session.py",
+        (("framework/graphveil/run/session.py",
           "                    releases=self._planned_events if self.plan.releases else None,\n",
           "                    releases=None,  # MUTANT: releases not in the budget\n"),),
     ),
@@ -258,7 +258,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "session-nonprivate", "the private step (a private session wired to nonprivate_step)",
-        (("framework/graphveil/session.py",
+        (("framework/graphveil/run/session.py",
           "        step_fn = dp_step if private else nonprivate_step\n",
           "        step_fn = nonprivate_step  # MUTANT: private run without DP\n"),),
     ),
@@ -402,7 +402,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "release-view-guard", "the refusal of a DP-SGD stage whose sampler would be bound to a release after calibration",
-        (("framework/graphveil/session.py",
+        (("framework/graphveil/run/session.py",
           "        if self.trains_privately:\n            raise ConfigError(f\"task {self.config.task.name!r} trains on a release",
           "        if False:  # MUTANT\n            raise ConfigError(f\"task {self.config.task.name!r} trains on a release"),),
     ),
@@ -471,19 +471,19 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "audit-bonferroni", "the Bonferroni level of the audit's guess-count grid (each r at the full level)",
-        (("framework/graphveil/audit.py",
+        (("framework/graphveil/apps/audit.py",
           "    level = (1.0 - confidence) / len(grid)\n",
           "    level = 1.0 - confidence  # MUTANT\n"),),
     ),
     Mutant(
         "audit-canary-membership", "leaving out a canary's relations when it is drawn out (all canaries in)",
-        (("framework/graphveil/audit.py",
+        (("framework/graphveil/apps/audit.py",
           "        if bool(included[i]):\n",
           "        if True:  # MUTANT\n"),),
     ),
     Mutant(
         "audit-canary-entity", "removing a left-out entity canary itself (only its relations go)",
-        (("framework/graphveil/audit.py",
+        (("framework/graphveil/apps/audit.py",
           "    present = [not (node_level and j == 0 and not bool(included[i])) for i in range(m) for j in range(per)]\n",
           "    present = [True for i in range(m) for j in range(per)]  # MUTANT\n"),),
     ),
@@ -508,11 +508,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "run-name-check", "the refusal of a run name that is not one folder name (--set name=../../../x "
         "writes outside runs/)",
-        (("framework/graphveil/config.py", "        return check_run_name(v)\n", "        return v  # MUTANT\n"),),
+        (("framework/graphveil/run/config.py", "        return check_run_name(v)\n", "        return v  # MUTANT\n"),),
     ),
     Mutant(
         "sweep-resume-config", "the refusal to resume a sweep cell run with another config",
-        (("framework/graphveil/runner.py",
+        (("framework/graphveil/run/runner.py",
           "    if saved != wanted:\n",
           "    if False:  # MUTANT\n"),),
     ),
@@ -726,20 +726,20 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "prepared-checksum", "the prepared cache file's checksum (a corrupt file is used)",
-        (("framework/graphveil/prepared_cache.py",
+        (("framework/graphveil/run/prepared_cache.py",
           "        if not hmac.compare_digest(self._digest(key, payload).encode(\"ascii\"), digest):\n",
           "        if False:  # MUTANT\n"),),
     ),
     Mutant(
         "prepared-file-key", "the key in a prepared cache file's HMAC (another key's file is used)",
-        (("framework/graphveil/prepared_cache.py",
+        (("framework/graphveil/run/prepared_cache.py",
           "        return keyed_digest(self._site_key, key.encode(\"utf-8\"), payload)\n",
           "        return keyed_digest(self._site_key, payload)  # MUTANT\n"),),
     ),
     Mutant(
         "prepared-site-key", "the site key in the prepared cache's checksum (a file rewritten in place with "
         "its plain SHA-256 recomputed loads as a hit)",
-        (("framework/graphveil/prepared_cache.py",
+        (("framework/graphveil/run/prepared_cache.py",
           "        return keyed_digest(self._site_key, key.encode(\"utf-8\"), payload)\n",
           "        return hashlib.sha256(payload).hexdigest()  # MUTANT\n"),),
     ),
@@ -857,20 +857,20 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "ledger-one-records", "one record set Ē per ledger (a second key is stored)",
-        (("framework/graphveil/ledger.py",
+        (("framework/graphveil/ledger/__init__.py",
           "            if scan.records:  # one ledger, one dataset, one Ē: a second would be another guarantee\n",
           "            if False:  # MUTANT\n"),),
     ),
     # issue 25, point 6: the ledger survives its own operator
     Mutant(
         "ledger-hmac", "the site key in the ledger's row hash (plain SHA-256: anyone can re-chain a rewrite)",
-        (("framework/graphveil/ledger.py",
+        (("framework/graphveil/ledger/__init__.py",
           '    return keyed_digest(key, b"graphveil-ledger-row-v3", _canonical(_normalize(row)).encode())\n',
           "    return _sha(_canonical(_normalize(row)))  # MUTANT: the key dropped\n"),),
     ),
     Mutant(
         "ledger-anchor-implicit", "the refusal of a missing anchor on open (the anchor re-made on first use)",
-        (("framework/graphveil/ledger.py",
+        (("framework/graphveil/ledger/__init__.py",
           "            if self.anchor is not None and not self.anchor.exists():\n                raise LedgerError(\n",
           "            if self.anchor is not None and not self.anchor.exists():\n"
           "                self._write_anchor(create=True)  # MUTANT: anchored at the current head\n"
@@ -878,38 +878,38 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "ledger-verify-witnessed", "budget verify's check that the chain holds every witnessed (seq, head)",
-        (("framework/graphveil/ledger.py",
+        (("framework/graphveil/ledger/__init__.py",
           "            error = _witnessed_problem([self.genesis(), *scan.checkpoints], witnessed)\n",
           "            error = None  # MUTANT: witnessed heads ignored\n"),),
     ),
     Mutant(
         "ledger-seq-all-rows", "the witness sequence number counting checkpoint rows only (every row: "
         "the data-dependent raise/records rows reach the server)",
-        (("framework/graphveil/ledger.py",
+        (("framework/graphveil/ledger/__init__.py",
           'CHECKPOINTS = ("release", "withhold", "refuse")\n',
           "CHECKPOINTS = KINDS  # MUTANT: every row is a checkpoint\n"),),
     ),
     Mutant(
         "witness-backwards", "the witness's rule that a site's sequence number never decreases",
-        (("framework/graphveil/ledger_witness.py",
+        (("framework/graphveil/ledger/witness.py",
           "    if seq < state.last:\n",
           "    if False:  # MUTANT: backwards accepted\n"),),
     ),
     Mutant(
         "witness-fork", "the witness's rule of one head per witnessed sequence number",
-        (("framework/graphveil/ledger_witness.py",
+        (("framework/graphveil/ledger/witness.py",
           "    return _fork(site, state, seq, head)\n",
           "    return None  # MUTANT: a fork at a witnessed seq accepted\n"),),
     ),
     Mutant(
         "witness-fork-previous", "the witness's check of a reply's previous head against the one it saw",
-        (("framework/graphveil/ledger_witness.py",
+        (("framework/graphveil/ledger/witness.py",
           "            problem = _fork(site, state, seq - 1, previous)\n",
           "            problem = None  # MUTANT: the previous head not checked\n"),),
     ),
     Mutant(
         "witness-sticky", "the witness keeping a flagged site refused until its operator clears it",
-        (("framework/graphveil/ledger_witness.py",
+        (("framework/graphveil/ledger/witness.py",
           "        if state.flagged is not None:\n            return (",
           "        if False:  # MUTANT: a flag does not stick\n            return ("),),
     ),

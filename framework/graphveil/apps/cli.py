@@ -14,8 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from graphveil.errors import GraphVeilError, PluginError
-from graphveil.host import FAMILIES, PluginHost, default_host
+from graphveil.contract.errors import GraphVeilError, PluginError
+from graphveil.contract.host import FAMILIES, PluginHost, default_host
 
 EXIT_USAGE = 2
 
@@ -45,7 +45,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """One run, or with a ``sweep`` section one run per (target ε, seed) and a summary table."""
-    from graphveil.config import load_config
+    from graphveil.run.config import load_config
 
     config = load_config(args.config, args.set)
     if args.output:
@@ -53,13 +53,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.no_progress:
         config.output.progress = False
     if config.sweep is not None:
-        from graphveil.runner import run_sweep
+        from graphveil.run.runner import run_sweep
 
         sweep = run_sweep(config, host=default_host())
         print(sweep["table"])
         print(f"sweep directory: {sweep['run_dir']}")
         return 0
-    from graphveil.runner import run_training
+    from graphveil.run.runner import run_training
 
     result = run_training(config, host=default_host())
     print(result["table"])

@@ -1,4 +1,4 @@
-"""``graphveil audit``: a one-run privacy audit of a relational run config (:mod:`graphveil.audit`).
+"""``graphveil audit``: a one-run privacy audit of a relational run config (:mod:`graphveil.apps.audit`).
 
 Trains the config's run once with canaries at its privacy unit put in or left out at random,
 guesses their membership from the trained weights and prints the empirical ε lower bound beside
@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from graphveil.audit import DEFAULT_CANARIES, DEFAULT_NEGATIVES
+from graphveil.apps.audit import DEFAULT_CANARIES, DEFAULT_NEGATIVES
 
 
 def add_audit_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -40,9 +40,9 @@ def add_audit_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from graphveil.audit import format_audit, run_audit
-    from graphveil.config import load_config
-    from graphveil.host import default_host
+    from graphveil.apps.audit import format_audit, run_audit
+    from graphveil.contract.host import default_host
+    from graphveil.run.config import load_config
 
     config = load_config(args.config, args.set)
     if args.no_progress:

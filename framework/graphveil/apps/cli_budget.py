@@ -5,7 +5,7 @@ one (with its site key and anchor) or upgrades an old one; ``migrate`` migrates 
 ledger that has its key. ``verify``, ``head`` and ``migrate`` exit 1 when the ledger fails
 verification — ``verify --witness`` also when the ledger does not hold a head the server's
 witness saw — so scripts can gate on them. ``witness`` is the server operator's view of the
-witness file (:mod:`graphveil.ledger_witness`).
+witness file (:mod:`graphveil.ledger.witness`).
 """
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ def add_budget_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def cmd_budget_init(args: argparse.Namespace) -> int:
     """Create the ledger, its key and anchor (or upgrade / re-anchor); print what was done."""
-    from graphveil.errors import ConfigError
+    from graphveil.contract.errors import ConfigError
     from graphveil.ledger import SCHEMA_VERSION, init_ledger, schema_version_of
-    from graphveil.site_key import key_path_for
+    from graphveil.ledger.site_key import key_path_for
 
     path = Path(args.ledger)
     before = schema_version_of(path) if path.exists() and not args.reanchor else None
@@ -121,7 +121,7 @@ def cmd_budget_verify(args: argparse.Namespace) -> int:
     witnessed: list[tuple[int, str]] = []
     with PrivacyLedger(args.ledger) as ledger:
         if args.witness is not None:
-            from graphveil.ledger_witness import Witness
+            from graphveil.ledger.witness import Witness
 
             site = args.site or ledger.meta().get("site")
             if not site:
@@ -181,7 +181,7 @@ def cmd_budget_migrate(args: argparse.Namespace) -> int:
 
 def cmd_budget_witness(args: argparse.Namespace) -> int:
     """Print the witness's per-site state (server side); ``--clear SITE --note TEXT`` lifts a flag."""
-    from graphveil.ledger_witness import Witness
+    from graphveil.ledger.witness import Witness
 
     if not Path(args.witness).is_file():
         print(f"graphveil: error: {args.witness}: no such witness file", file=sys.stderr)

@@ -3,7 +3,7 @@
 The package (folder ``NAME/``) holds a ``pyproject.toml`` declaring the ``graphveil`` entry
 point, the module ``src/NAME.py`` with one component of the chosen family (its pydantic ``Params``
 and the profile the invariant check reads), a README, and ``tests/test_NAME.py``, which loads the
-component through :class:`~graphveil.host.PluginHost` and checks what it promises. As written it
+component through :class:`~graphveil.contract.host.PluginHost` and checks what it promises. As written it
 installs (``pip install -e NAME``) and passes its own test. The templates are the files of
 ``graphveil/apps/plugin_template/`` (package data), filled in with :class:`string.Template`.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
 
 TEMPLATES = Path(__file__).with_name("plugin_template")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")  # a module, an entry point and a component name at once
@@ -35,7 +35,7 @@ class Family:
     notes: str
 
 
-#: the families with a template (each one of the host's :data:`~graphveil.host.FAMILIES`)
+#: the families with a template (each one of the host's :data:`~graphveil.contract.host.FAMILIES`)
 SCAFFOLDS: dict[str, Family] = {
     "clipper": Family(
         "Clipper",

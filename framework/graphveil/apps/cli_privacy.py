@@ -24,7 +24,7 @@ Every other method (paper 3's and paper 4's graph methods, any method plugin): t
 a file (``--config``), or the method's built-in wiring (``--method``, :data:`METHOD_CONFIGS`,
 the bundled examples' components with the method's default options) — is assembled and bound
 by the training session's own code with public sizes in place of the data
-(:mod:`graphveil.planning`): ``--nodes`` training nodes, ``--edges`` undirected edges where the
+(:mod:`graphveil.run.planning`): ``--nodes`` training nodes, ``--edges`` undirected edges where the
 default δ of an edge-level unit counts them. ``--unit``, ``--batch-size``, ``--steps``,
 ``--epochs``, ``--sigma``, ``--target-epsilon`` and ``--delta`` set ``privacy.unit``,
 ``sampler.batch_size``, ``training.*`` and ``privacy.*``; ``--set`` any other field. ε equals
@@ -42,8 +42,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from graphveil.errors import ConfigError, GraphVeilError, PrivacyError
-from graphveil.profiles import (
+from graphveil.contract.errors import ConfigError, GraphVeilError, PrivacyError
+from graphveil.contract.profiles import (
     PrivacyUnit,
     SamplingKind,
     SamplingProfile,
@@ -270,7 +270,7 @@ def _delta_cell(out: dict[str, Any]) -> str:
 
 def _planned_config(args: argparse.Namespace, host: Any) -> tuple[Any, str]:
     """The run config to account (validated) and where it came from, for messages."""
-    from graphveil.config import apply_overrides, config_from_dict, load_config, set_dotted
+    from graphveil.run.config import apply_overrides, config_from_dict, load_config, set_dotted
 
     if args.config is not None:
         if args.method is not None:
@@ -320,8 +320,8 @@ def _planned_config(args: argparse.Namespace, host: Any) -> tuple[Any, str]:
 
 
 def _run_planned(args: argparse.Namespace, host: Any) -> int:
-    """``--config`` / ``--method <graph method>``: account the run with public sizes (graphveil.planning)."""
-    from graphveil.planning import PublicSizes, planned_account
+    """``--config`` / ``--method <graph method>``: account the run with public sizes (graphveil.run.planning)."""
+    from graphveil.run.planning import PublicSizes, planned_account
 
     for flag, attr in _RELATIONAL_ONLY:
         if getattr(args, attr) is not None:
@@ -379,7 +379,7 @@ def main(argv: Sequence[str] | None = None, host: Any = None) -> int:
     args = parser.parse_args(argv)
     try:
         if host is None:
-            from graphveil.host import default_host
+            from graphveil.contract.host import default_host
 
             host = default_host()
         return run_privacy(args, host)

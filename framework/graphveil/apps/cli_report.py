@@ -36,7 +36,7 @@ from graphveil.apps.report_data import (
     name_metrics,
     summarise,
 )
-from graphveil.errors import PrivacyError
+from graphveil.contract.errors import PrivacyError
 
 FILES = {"utility": "utility_vs_epsilon.png", "steps": "epsilon_vs_steps.png", "sigma": "sigma_vs_epsilon.png"}
 
@@ -55,7 +55,7 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from graphveil.host import default_host
+    from graphveil.contract.host import default_host
 
     out = Path(args.output) if args.output else Path(args.run_dirs[0]) / "report"
     report = build_report([Path(p) for p in args.run_dirs], out, metric=args.metric, host=default_host(),
@@ -78,7 +78,7 @@ def build_report(paths: Sequence[Path], output: Path, *, metric: str | None = No
         output folder that holds something other than an earlier report.
     """
     from graphveil.apps import report_plots as plots
-    from graphveil.host import default_host
+    from graphveil.contract.host import default_host
 
     host = host or default_host()
     output = Path(output)

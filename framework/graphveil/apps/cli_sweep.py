@@ -3,8 +3,8 @@
     graphveil sweep CONFIG --epsilons 1,2,4,8,16 --seeds 3 [--no-baseline] [--set KEY=VALUE ...]
                     [--output DIR] [--no-progress]
 
-Sets the config's ``sweep`` section (:class:`graphveil.config.SweepConfig`) from the flags and runs
-it with :func:`graphveil.runner.run_sweep`: every cell is a complete run directory
+Sets the config's ``sweep`` section (:class:`graphveil.run.config.SweepConfig`) from the flags and runs
+it with :func:`graphveil.run.runner.run_sweep`: every cell is a complete run directory
 ``DIR/<eps…|nonprivate>/seed<k>``, and ``DIR`` gets ``results.jsonl`` and ``table.txt`` once every
 cell has finished. Until then the cells live in ``DIR.partial``; run the same command again with
 the same ``--output`` and the complete cells are read, not run again.
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
 
 
 def add_sweep_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -83,7 +83,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def sweep_config(args: argparse.Namespace) -> Any:
     """The validated run config with its sweep section set from the flags."""
-    from graphveil.config import load_config
+    from graphveil.run.config import load_config
 
     epsilons, seeds = parse_epsilons(args.epsilons), parse_seeds(args.seeds)
     targets = [str(e) for e in epsilons] + ([] if args.no_baseline else ["null"])
@@ -94,7 +94,7 @@ def sweep_config(args: argparse.Namespace) -> Any:
     if args.output:
         config.output.dir = Path(args.output)
     elif config.output.dir is None:
-        from graphveil.outputs import RunDirectory
+        from graphveil.run.outputs import RunDirectory
 
         config.output.dir = RunDirectory.default_for(f"{config.name}-sweep")
     if args.no_progress:
@@ -103,8 +103,8 @@ def sweep_config(args: argparse.Namespace) -> Any:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from graphveil.host import default_host
-    from graphveil.runner import run_sweep
+    from graphveil.contract.host import default_host
+    from graphveil.run.runner import run_sweep
 
     config = sweep_config(args)
     final = Path(config.output.dir)

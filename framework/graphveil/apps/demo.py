@@ -29,26 +29,22 @@ interrupted demo leaves nothing behind.
 from __future__ import annotations
 
 import copy
-import json
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graphveil.config import (
+from graphveil.apps.comparison import Columns, run_comparison
+from graphveil.contract.errors import ConfigError
+from graphveil.evaluation import paired_delta
+from graphveil.run.config import (
     RunConfig,
     apply_overrides,
     config_from_dict,
     merge_config,
     parse_override,
 )
-from graphveil.errors import ConfigError
-from graphveil.evaluation import paired_delta
-from graphveil.outputs import RunDirectory, dumps, format_cell, format_table
-from graphveil.records_store import MemoryRecordsStore
-from graphveil.runner import TAIL_COLUMNS, run_training
-
-Columns = list[tuple[str, str, str]]
+from graphveil.run.records_store import MemoryRecordsStore
+from graphveil.run.runner import TAIL_COLUMNS
 
 TARGET_EPSILON = 10.0
 
@@ -119,7 +115,7 @@ ROWS: list[tuple[str, str, dict[str, Any]]] = [
 #: ``privacy.target_epsilon``: private rows). Every other ``--set`` reaches every row.
 ROW_SECTIONS = ("sampler", "clipper", "accountant", "privacy")
 
-#: The ``data`` keys of every source (graphveil.config.DataConfig); the rest belong to the source.
+#: The ``data`` keys of every source (graphveil.run.config.DataConfig); the rest belong to the source.
 DATA_KEYS = ("split", "max_entities", "classes")
 
 
@@ -202,7 +198,7 @@ def demo_configs(quick: bool = False, root: Path | None = None, progress: bool =
 
 def check_components(cfg: RunConfig, where: str) -> None:
     """Validate each component section's options against its plugin (nothing is built)."""
-    from graphveil.host import default_host
+    from graphveil.contract.host import default_host
 
     host = default_host()
     sections = [("sampler", cfg.sampler), ("clipper", cfg.clipper), ("accountant", cfg.accountant),
@@ -291,67 +287,3 @@ def demo_caption(setting: str, overrides: list[str] | None) -> str:
         return (f"zero-shot relation prediction on held-out entities ({setting} settings) — with --set "
                 + " ".join(overrides))
     return SETTINGS[setting][3] + " — with --set " + " ".join(overrides)
-
-
-# --------------------------------------------------------------- shared by every demo task
-
-
-def run_comparison(title: str, build: Callable[[Path], Sequence[tuple[str, RunConfig]]], *,
-                   output: Path | None, default_name: str, load: Callable[[RunConfig], Any],
-                   columns: Callable[[dict[str, Any]], Columns], caption: str,
-                   row_extra: Callable[[int, RunConfig], Mapping[str, Any]] | None = None,
-                   records_store: Any = None, notes: Sequence[str] = (),
-                   row_result: Callable[[int, RunConfig, dict[str, Any]], Mapping[str, Any]] | None = None,
-                   ) -> list[dict[str, Any]]:
-    """Run a demo's rows one after the other on one graph, then write its results and tables.
-
-    :param build: the ``(label, config)`` rows, given the folder their run directories go in.
-    :param load: loads the graph every row shares (from the first row's config).
-    :param columns: the table's columns, given the last row's :func:`run_training` result.
-    :param row_extra: fields added to row ``i``'s result (e.g. what was shortened).
-    :param row_result: fields added to row ``i``'s result, given its :func:`run_training` result
-        (e.g. the paired comparison with an earlier row).
-    :param notes: lines printed under the table and written below ``table.md``.
-    :raises FileExistsError: if ``output`` exists (nothing is run).
-    """
-    root = Path(output) if output else RunDirectory.default_for(default_name)
-    if root.exists():
-        raise FileExistsError(f"demo output {root} already exists")
-    out = RunDirectory(root)
-    started = time.perf_counter()
-    try:
-        configs = build(out.path)
-        graph = load(configs[0][1])
-        print(f"{title}: {graph!r}; {len(configs)} runs", flush=True)
-        rows, last = [], None
-        for i, (label, cfg) in enumerate(configs):
-            print(f"\n== [{i + 1}/{len(configs)}] {label}  ({time.perf_counter() - started:.0f} s so far)",
-                  flush=True)
-            last = run_training(cfg, graph=graph, records_store=records_store)
-            row = {**last["row"], "name": label, **(row_extra(i, cfg) if row_extra else {}),
-                   **(row_result(i, cfg, last) if row_result else {})}
-            rows.append(row)
-            out.log_metrics(row)
-            print(last["table"].splitlines()[-1], flush=True)
-        assert last is not None
-        cols = columns(last)
-        table = format_table(rows, cols)
-        elapsed = time.perf_counter() - started
-        (out.path / "results.jsonl").write_text("".join(dumps(r) + "\n" for r in rows), encoding="utf-8")
-        (out.path / "table.txt").write_text(table + "\n", encoding="utf-8")
-        md = [f"{caption}; {len(rows)} runs, {elapsed:.0f} s in all.", "", markdown_table(rows, cols),
-              *(["", *notes] if notes else [])]
-        (out.path / "table.md").write_text("\n".join(md) + "\n", encoding="utf-8")
-        final = out.commit()
-    except BaseException:
-        out.discard()
-        raise
-    print(f"\nResults ({caption}, {elapsed:.0f} s):\n{table}", *notes, f"\nwritten to {final}", sep="\n")
-    return json.loads(json.dumps(rows, default=str))
-
-
-def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Columns) -> str:
-    """The same table as :func:`~graphveil.outputs.format_table`, as GitHub markdown."""
-    lines = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(format_cell(r, k, s) for k, _, s in columns) + " |" for r in rows]
-    return "\n".join(lines)

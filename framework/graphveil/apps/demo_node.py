@@ -2,7 +2,7 @@
 
 Rows are ``bench/gdp.py``'s Table 2 rows (same example configs, same overrides: units, dropout,
 DPDGC's ``noise_scale``), each run once as that benchmark's seed-0 cell
-(:func:`~graphveil.runner.sweep_cell`: seed 0 sets sampling, the split key and initialisation),
+(:func:`~graphveil.run.runner.sweep_cell`: seed 0 sets sampling, the split key and initialisation),
 so every row trains and tests on the same split. DP noise comes from the OS CSPRNG, so two demo
 runs differ in their noise. To fit in ten minutes on 2 CPU cores the node-level rows train fewer
 epochs than the benchmark, at a larger learning rate (:func:`faster`); the table's last column
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graphveil.config import RunConfig, apply_overrides, config_from_dict
-from graphveil.runner import planned_unit, sweep_cell
+from graphveil.run.config import RunConfig, apply_overrides, config_from_dict
+from graphveil.run.runner import planned_unit, sweep_cell
 
 _SPLIT = {"kind": "random_node", "val_fraction": 0.1, "test_fraction": 0.15, "seed": 0}
 _DATA = {"source": "planetoid", "name": "cora", "split": _SPLIT}
@@ -158,7 +158,7 @@ def node_demo_configs(quick: bool = False, root: Path | None = None, progress: b
 
     The third item names the demo's changes to the benchmark's cell (or ``quick``).
     """
-    from graphveil.host import default_host
+    from graphveil.contract.host import default_host
 
     host = host or default_host()
     out = []
@@ -178,9 +178,9 @@ def node_demo_configs(quick: bool = False, root: Path | None = None, progress: b
 
 def run_node_demo(quick: bool = False, output: Path | None = None, progress: bool = True) -> list[dict[str, Any]]:
     """Run :data:`ROWS` on the bundled Cora; results, ``table.txt`` and ``table.md`` in ``output``."""
-    from graphveil.apps.demo import run_comparison
+    from graphveil.apps.comparison import run_comparison
+    from graphveil.contract.host import default_host
     from graphveil.data import load_data
-    from graphveil.host import default_host
 
     host = default_host()
     changes: list[str] = []

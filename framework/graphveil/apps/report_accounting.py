@@ -4,7 +4,7 @@
 that accounted the run, never a re-implementation:
 
 * runs that public sizes describe (the graph methods: DP-MLP, GAP, DPDGC, DP-GCN, …) go through
-  :func:`graphveil.planning.planned_account` — what ``graphveil privacy --config`` runs — with the
+  :func:`graphveil.run.planning.planned_account` — what ``graphveil privacy --config`` runs — with the
   run's config, its n training nodes, its δ, and ``training.steps = t`` at the run's σ, or
   ``privacy.target_epsilon`` for σ;
 * runs whose sampler reads the data (relational runs: degree capping, relation counts) bind the
@@ -24,7 +24,7 @@ import math
 from typing import Any
 
 from graphveil.apps.report_data import Cell, ReportError, resolved_raw
-from graphveil.errors import GraphVeilError
+from graphveil.contract.errors import GraphVeilError
 
 #: relative tolerance of the check that the re-evaluated ε at the run's steps is the run's ε
 MATCH_RTOL = 1e-6
@@ -115,11 +115,11 @@ class RunAccounting:
     # ------------------------------------------------------------------ σ for a target ε
     def applicable_accountants(self) -> list[str]:
         """Every registered accountant the run's sampler, clipper and unit pass the invariant
-        with (:func:`graphveil.invariant.check_run`, as ``graphveil run`` checks them). Another
+        with (:func:`graphveil.contract.invariant.check_run`, as ``graphveil run`` checks them). Another
         accountant takes the run's accountant options (e.g. its RDP orders) where it accepts them,
         else its defaults."""
-        from graphveil.config import config_from_dict
-        from graphveil.session import TrainingSession
+        from graphveil.run.config import config_from_dict
+        from graphveil.run.session import TrainingSession
 
         names = []
         for component in self.host.components("accountant"):
@@ -155,9 +155,9 @@ class RunAccounting:
 
     def _planned(self, *, steps: int | None = None, accountant: str | None = None,
                  target_epsilon: float | None = None) -> dict[str, Any]:
-        """:func:`~graphveil.planning.planned_account` of the run's config with its n and δ."""
-        from graphveil.config import config_from_dict
-        from graphveil.planning import PublicSizes, planned_account
+        """:func:`~graphveil.run.planning.planned_account` of the run's config with its n and δ."""
+        from graphveil.run.config import config_from_dict
+        from graphveil.run.planning import PublicSizes, planned_account
 
         raw = self._with_accountant(accountant or self.accountant)
         training = raw.setdefault("training", {})
@@ -174,9 +174,9 @@ class RunAccounting:
     def _bound(self, name: str) -> Any:
         """Accountant ``name``, fresh, bound to the run's recorded sampling profile and the
         sensitivity profile of its clipper (the run's components, assembled from its config)."""
-        from graphveil.config import config_from_dict
-        from graphveil.profiles import SamplingKind, SamplingProfile
-        from graphveil.session import TrainingSession
+        from graphveil.contract.profiles import SamplingKind, SamplingProfile
+        from graphveil.run.config import config_from_dict
+        from graphveil.run.session import TrainingSession
 
         session = TrainingSession(config_from_dict(self._with_accountant(name), str(self.cell.run_dir)),
                                   host=self.host)

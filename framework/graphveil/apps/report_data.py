@@ -11,7 +11,7 @@ Every cell is one run: its metrics, and from its own ``privacy.json`` the claime
 and accountant. A non-private run that trained no step is the *base* (e.g. the base encoder of the
 relational demo); other non-private runs are the non-private baseline. Cells with the same
 source, kind and target ε form one summary row: mean ± 95 % CI (Student t, n − 1 d.o.f., over
-seeds, :func:`graphveil.runner.mean_ci95`) of each metric.
+seeds, :func:`graphveil.run.runner.mean_ci95`) of each metric.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
 
 #: the metric plotted when ``--metric`` is not given: the first of these every source holds, else
 #: the first metric the sources' task declares
@@ -195,8 +195,8 @@ def resolved_raw(cell: Cell) -> dict[str, Any]:
 
 def name_metrics(sources: Sequence[Source], host: Any) -> None:
     """Set each source's metric columns from its task (the plugin that ran it declares them)."""
-    from graphveil.config import config_from_dict
-    from graphveil.session import TrainingSession
+    from graphveil.run.config import config_from_dict
+    from graphveil.run.session import TrainingSession
 
     for source in sources:
         cell = source.cells[0]
@@ -233,7 +233,7 @@ def choose_metric(sources: Sequence[Source], wanted: str | None) -> tuple[str, s
 
 def summarise(sources: Sequence[Source], metrics: Sequence[str]) -> list[Row]:
     """One row per (source, kind, target ε), in order: base, non-private, then private by ε."""
-    from graphveil.runner import mean_ci95
+    from graphveil.run.runner import mean_ci95
 
     order = {BASE: 0, NONPRIVATE: 1, PRIVATE: 2}
     rows = []

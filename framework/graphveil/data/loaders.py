@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
+from graphveil.contract.data_source import DataSource, check_source_options
+from graphveil.contract.errors import DataError
 from graphveil.data.graph import RelationalGraph
 from graphveil.data.node_graph import NodeGraph
-from graphveil.data.sources import DataSource, check_source_options
 from graphveil.data.validate import (
     EdgeRecords,
     EntityRecords,
@@ -53,11 +54,10 @@ from graphveil.data.validate import (
     check_index_range,
     check_texts,
 )
-from graphveil.errors import DataError
 
 if TYPE_CHECKING:
-    from graphveil.config import DataConfig
-    from graphveil.host import PluginHost
+    from graphveil.contract.host import PluginHost
+    from graphveil.run.config import DataConfig
 
 log = logging.getLogger(__name__)
 
@@ -561,11 +561,23 @@ def create_data_source(data: DataConfig, host: PluginHost | None = None, *, sect
     :raises ConfigError: on an unknown source (listing the available ones) or a bad option
         (naming the ``data.*`` key).
     """
-    from graphveil.host import default_host  # the host imports this package
+    from graphveil.contract.host import default_host  # the host imports this package
 
     host = host or default_host()
     params = check_source_options(host, data.source, data.params, section=section)
     return host.get("data_source", data.source).factory(params)
+
+
+def resolve_data_options(data: DataConfig, host: PluginHost) -> None:
+    """Validate the ``data`` section's source options (and graph B's of a two-graph split) with the
+    run's host, and keep the full, typed option set in the section (nothing is read).
+
+    :raises ConfigError: naming the ``data.*`` key, as :func:`create_data_source`.
+    """
+    for section, part in (("data", data), ("data.split.eval_data", data.split.eval_data)):
+        if part is not None:
+            options = check_source_options(host, part.source, part.params, section=section)
+            object.__setattr__(part, "__pydantic_extra__", options.model_dump(by_alias=True))
 
 
 def _load_source(source: DataSource, data: DataConfig) -> RelationalGraph | NodeGraph:

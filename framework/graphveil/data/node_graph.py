@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
+from graphveil.contract.errors import DataError
 from graphveil.data.graph import RelationalGraph
 from graphveil.data.validate import check_index_range
-from graphveil.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class PublicSplit:
 class NodeGraph:
     """Nodes ``0..n-1`` with features and labels, and undirected edges stored in both directions.
 
-    Checked on construction (:class:`~graphveil.errors.DataError` naming the graph and the
+    Checked on construction (:class:`~graphveil.contract.errors.DataError` naming the graph and the
     problem): at least one node; ``x`` a real ``(n, F)`` tensor with finite entries (converted
     to float32); ``y`` an integer ``(n,)`` tensor with ``0 <= y < len(class_names)``;
     ``edge_index`` an integer ``(2, E)`` tensor with endpoints in ``0..n-1``, no self-loop, no

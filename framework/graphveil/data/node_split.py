@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
+from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data.node_graph import NodeGraph
 from graphveil.data.split import split_position
-from graphveil.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 

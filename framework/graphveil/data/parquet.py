@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from graphveil.contract.errors import DataError
 from graphveil.data.graph import RelationalGraph
 from graphveil.data.loaders import EDGE_HEADERS
 from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
-from graphveil.errors import DataError
 
 if TYPE_CHECKING:
     import pyarrow as pa

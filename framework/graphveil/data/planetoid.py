@@ -23,9 +23,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
+from graphveil.contract.errors import DataError
 from graphveil.data.node_graph import NodeGraph, PublicSplit, node_graph_from_pyg
 from graphveil.data.preprocess import dp_gnn_preprocess
-from graphveil.errors import DataError
 
 PlanetoidName = Literal["cora", "citeseer"]
 Preprocess = Literal["dp_gnn", "none"]

@@ -29,8 +29,8 @@ import logging
 
 import torch
 
+from graphveil.contract.errors import DataError
 from graphveil.data.node_graph import NodeGraph, relabel_classes
-from graphveil.errors import DataError
 
 log = logging.getLogger(__name__)
 

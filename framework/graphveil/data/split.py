@@ -21,8 +21,8 @@ import logging
 
 import torch
 
+from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data.graph import RelationalGraph
-from graphveil.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 

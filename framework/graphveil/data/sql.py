@@ -46,10 +46,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data.graph import RelationalGraph
 from graphveil.data.parquet import edge_columns
 from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
-from graphveil.errors import ConfigError, DataError
 from graphveil.redaction import is_secret_key, mask_secrets
 
 if TYPE_CHECKING:

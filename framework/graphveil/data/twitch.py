@@ -18,7 +18,7 @@ ids ``0..max id`` (or ``num_features``), label 1 for ``mature`` True, each undir
 both directions, self-loops and repeated edges (in either direction) dropped and counted in
 ``notes`` (as are feature ids a node lists twice). Every node must have a target row and a
 feature entry, and every edge must name known nodes; anything else is a
-:class:`~graphveil.errors.DataError` naming the file, the line and the problem.
+:class:`~graphveil.contract.errors.DataError` naming the file, the line and the problem.
 
 ENGB (``shared/data/social/musae_twitch_ENGB``): 7126 nodes, 35324 undirected edges (70648
 directed), 3170 features (2545 used; 148218 listed ids, 535 of them repeats within a node's
@@ -40,10 +40,10 @@ from typing import Literal
 
 import torch
 
+from graphveil.contract.errors import DataError
 from graphveil.data.node_graph import DUPLICATES, SELF_LOOPS, NodeGraph, undirected_edge_index
 from graphveil.data.preprocess import dp_gnn_preprocess
 from graphveil.data.validate import canonical_edges
-from graphveil.errors import DataError
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from graphveil.contract.errors import DataError
 from graphveil.data.graph import RelationalGraph
-from graphveil.errors import DataError
 
 
 @dataclass(repr=False, eq=False)  # keep RelationalGraph's repr and equality

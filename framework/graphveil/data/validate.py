@@ -23,8 +23,8 @@ from typing import Literal
 
 import torch
 
+from graphveil.contract.errors import DataError
 from graphveil.data.graph import RelationalGraph
-from graphveil.errors import DataError
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ changed unit. The sum is then recomputed over the finite examples (0·NaN is NaN
 
 Micro-batching (``micro_batch_size=m``; ``training.micro_batch_size`` in a run, where the
 sampler's batch is the logical batch) bounds the memory of the forward/backward, not the
-released value: the batch is split with ``batch.select(index)`` (:class:`~graphveil.tasks.Batch`) into
+released value: the batch is split with ``batch.select(index)`` (:class:`~graphveil.contract.task.Batch`) into
 consecutive chunks of ``m`` examples; each chunk is recorded and differentiated on its own and
 its per-example records are kept (per-example gradients of book-keeping layers, inputs and
 output gradients of ghost layers — the rest of its autograd graph is freed); the clipper then
@@ -46,13 +46,15 @@ from typing import Any
 
 import torch
 
-from graphveil.components import Clipper, Encoder, Model, TupleBatch
-from graphveil.config import TrainingConfig
+from graphveil.contract.clipper import Clipper
+from graphveil.contract.errors import PluginError
+from graphveil.contract.model import Encoder, Model
+from graphveil.contract.sampler import TupleBatch
+from graphveil.contract.task import Batch
 from graphveil.engine.losses import LossKind, tuple_losses
 from graphveil.engine.noise import GaussianNoise
 from graphveil.engine.per_tuple import PerTupleGrad
-from graphveil.errors import PluginError
-from graphveil.tasks import Batch
+from graphveil.run.config import TrainingConfig
 
 __all__ = [
     "GaussianNoise",
@@ -269,7 +271,7 @@ def dp_step(
     :param optimizer: built by :func:`build_optimizer` over ``encoder.trainable_parameters()``.
     :param loss: per-example losses ``(b,)`` of a batch: a task's ``losses`` or a tuple :class:`LossSpec`.
     :param micro_batch_size: if set (≥ 1) and below the batch size, run the forward/backward
-        on chunks of this many examples (the batch must be a :class:`~graphveil.tasks.Batch`); the
+        on chunks of this many examples (the batch must be a :class:`~graphveil.contract.task.Batch`); the
         clipper still sees the whole batch and one noise draw is added (module note).
     :raises PluginError: the clipper returned factors of the wrong shape or outside ``[0, 1]``;
         micro-batching was asked for a batch without ``select``.

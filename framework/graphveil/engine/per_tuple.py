@@ -55,6 +55,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from graphveil.contract.errors import PluginError
 from graphveil.engine.grad_samplers import (
     FunctorchSampler,
     GradSampler,
@@ -66,7 +67,6 @@ from graphveil.engine.grad_samplers import (
     threads_for,
 )
 from graphveil.engine.grad_samplers.groups import Groups
-from graphveil.errors import PluginError
 
 Fallback = Literal["refuse", "functorch"]
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from graphveil.errors import PrivacyError
+from graphveil.contract.errors import PrivacyError
 
 #: Default RDP orders α > 1. Fractional orders 1.1, 1.2, …, 10.9 (step 0.1; this includes the
 #: integers 2…10) matter for large budgets and few steps; integers 11…63 as in opacus and

@@ -37,7 +37,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from graphveil.errors import PrivacyError
+from graphveil.contract.errors import PrivacyError
 
 #: Bisection stops when the bracket is this narrow (ε units).
 TOLERANCE = 1e-9

@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from graphveil.components import Accountant
-from graphveil.errors import PrivacyError
+from graphveil.contract.accountant import Accountant
+from graphveil.contract.errors import PrivacyError
 from graphveil.privacy.conversion import (
     DEFAULT_ORDERS,
     rdp_to_epsilon,
@@ -221,8 +221,8 @@ class RdpAccountantBase(Accountant):
         """
         import dp_accounting
 
+        from graphveil.contract.units import Adjacency, UnitKind
         from graphveil.privacy.events import PureDpEvent
-        from graphveil.units import Adjacency, UnitKind
 
         rel = dp_accounting.privacy_accountant.NeighboringRelation
         unit = getattr(self, "unit", None)

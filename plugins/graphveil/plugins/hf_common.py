@@ -31,12 +31,12 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from graphveil.components import Encoder
-from graphveil.errors import ConfigError, DataError
+from graphveil.contract.errors import ConfigError, DataError
+from graphveil.contract.model import Encoder
 
 if TYPE_CHECKING:
     from graphveil.data.graph import RelationalGraph
-    from graphveil.prepared_cache import PreparedCache
+    from graphveil.run.prepared_cache import PreparedCache
 
 #: Frozen lower-layer states of the last prepared graph, keyed by what they depend on.
 _FROZEN_CACHE: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -143,7 +143,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> bytes | None:
 def frozen_key(label: str, meta: tuple, texts: Sequence[str], tokenizer: Any,
                weights: Mapping[str, torch.Tensor],
                tokens: Callable[[], tuple[Mapping[str, torch.Tensor], torch.Tensor]]) -> str:
-    """Key in a :class:`~graphveil.prepared_cache.PreparedCache` of something computed from a
+    """Key in a :class:`~graphveil.run.prepared_cache.PreparedCache` of something computed from a
     graph's texts by a frozen text model: a SHA-256 of ``meta`` (the caller's options: token
     cap, layers, dtype, device type, ...), the GraphVeil / torch / transformers / tokenizers
     versions, the texts with the tokenizer's fingerprint (so a hit needs no tokenizing) — or,
@@ -387,7 +387,7 @@ class CachedLoraEncoder(Encoder):
 
     def prepared_key(self, texts: Sequence[str],
                      tokens: Callable[[], tuple[Mapping[str, torch.Tensor], torch.Tensor]] | None = None) -> str:
-        """Key of the frozen states in a :class:`~graphveil.prepared_cache.PreparedCache`
+        """Key of the frozen states in a :class:`~graphveil.run.prepared_cache.PreparedCache`
         (:func:`frozen_key`): the site's texts and tokenizer (its data, tokenizer and
         max_length), every frozen weight and buffer of the model, the layer split, the cache
         dtype, the device type and the torch/transformers/tokenizers versions."""

@@ -30,7 +30,7 @@ from graphveil.connectors.flower.control import (
 )
 from graphveil.connectors.flower.gateway import add_limit_arguments
 from graphveil.connectors.flower.settings import SiteSettings
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
 
 
 def _become(argv: list[str], dry_run: bool) -> int:

@@ -18,7 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from graphveil.errors import ConfigError, GraphVeilError
+from graphveil.contract.errors import ConfigError, GraphVeilError
 
 #: Environment every Flower process gets from these helpers (unless already set): no
 #: telemetry, no update check, no ``uv sync`` of app dependencies at run time.

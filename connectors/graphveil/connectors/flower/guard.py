@@ -60,7 +60,7 @@ REFUSAL = "app not approved by this site"
 FORK_SERVER_ENV = "GRAPHVEIL_CLIENTAPP_FORKSERVER"
 #: What the fork server imports before it forks tasks: installed site code only, never the FAB's.
 PREIMPORT = ("torch", "transformers", "peft", "flwr.supernode.runtime.run_clientapp",
-             "graphveil.session", "graphveil.connectors.flower.site")
+             "graphveil.run.session", "graphveil.connectors.flower.site")
 
 
 class AppNotApproved(Exception):
@@ -184,7 +184,7 @@ def preimport() -> None:
     import importlib.util
     from importlib.metadata import entry_points
 
-    from graphveil.host import BUILTIN_PREFIXES, ENTRY_POINT_GROUP, PluginHost
+    from graphveil.contract.host import BUILTIN_PREFIXES, ENTRY_POINT_GROUP, PluginHost
 
     for name in PREIMPORT:
         if importlib.util.find_spec(name.split(".")[0]) is not None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
+from graphveil.contract.errors import ConfigError, DataError, GraphVeilError
 from graphveil.data import RelationalGraph, load_bundled_citeseer, load_citeseer_tape
-from graphveil.errors import ConfigError, DataError, GraphVeilError
 
 EDGES_FILE = "edges.tsv"
 ENTITIES_FILE = "entities.jsonl"

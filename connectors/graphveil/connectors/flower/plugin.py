@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphveil.hookspecs import hookimpl
+from graphveil.contract.hookspecs import hookimpl
 
 
 @hookimpl

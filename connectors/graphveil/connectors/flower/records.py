@@ -18,7 +18,7 @@ Site → server (reply), and nothing else:
   reply sent after the site opened its ledger, the ledger's witness head (:data:`LEDGER_KEYS`,
   :meth:`graphveil.ledger.PrivacyLedger.witness_head`): ``ledger-seq``, the number of rounds the
   ledger has closed, ``ledger-head`` the keyed hash of the last of them and ``ledger-previous``
-  the one before — for the server's witness (:mod:`graphveil.ledger_witness`). The hashes are
+  the one before — for the server's witness (:mod:`graphveil.ledger.witness`). The hashes are
   HMACs under the site's key: they say nothing about the rows' values. ``failed`` happens only
   before the spend is reserved; after it, every reply is ``trained``.
 """

@@ -14,7 +14,7 @@ to save the final adapter Hugging Face style (``save_pretrained``). Per run it w
 
 Across runs it keeps the **ledger witness** (``ledger-witness``; default
 ``<output-dir>/ledger-witness.jsonl``, shared by every run with that output folder): each site's
-ledger heads as its replies carried them (:mod:`graphveil.ledger_witness`). A site whose ledger
+ledger heads as its replies carried them (:mod:`graphveil.ledger.witness`). A site whose ledger
 goes backwards or forks is logged as an error, its update is not aggregated, and it stays
 refused until the operator clears it (``graphveil budget witness --clear``). An unreadable
 witness file stops the run before its first round.
@@ -45,8 +45,8 @@ from graphveil.connectors.flower.strategy import (
     SitesUnavailableError,
     make_strategy,
 )
-from graphveil.host import PluginHost, default_host, read_only
-from graphveil.ledger_witness import Witness
+from graphveil.contract.host import PluginHost, default_host, read_only
+from graphveil.ledger.witness import Witness
 
 
 def build_encoder(fed: FederationSettings, host: PluginHost | None = None) -> Any:

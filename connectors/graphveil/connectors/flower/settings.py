@@ -4,7 +4,7 @@ The run config (``[tool.flwr.app.config]``) has two parts:
 
 * federation keys (dashed, Flower style): ``num-server-rounds``, ``local-steps``, ``strategy``,
   ``min-sites``, ... (:class:`FederationSettings`);
-* ``task.*``: the shared sections of a GraphVeil :class:`~graphveil.config.RunConfig` —
+* ``task.*``: the shared sections of a GraphVeil :class:`~graphveil.run.config.RunConfig` —
   sampler, clipper, accountant, encoder, training, privacy, evaluation — written as dotted
   keys (``task.encoder.model = "tiny-bert"``), so ``flwr run --run-config`` can override any
   of them. ``data`` is never part of the task: each site names its own graph in its node
@@ -34,16 +34,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from graphveil.config import (
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.options import format_validation_error
+from graphveil.run.config import (
     PositiveFinite,
     Probability,
     RunConfig,
     config_from_dict,
-    format_validation_error,
     merge_config,
     set_dotted,
 )
-from graphveil.errors import ConfigError
 
 TASK_PREFIX = "task."
 #: Placeholder graph used only to validate the task on the server (no data is read).
@@ -221,7 +221,7 @@ class SiteSettings(BaseModel):
     prepared_cache: str | None = Field(
         None, alias="prepared-cache", min_length=1,
         description="Folder where the site keeps set-up it would otherwise redo every round (a LoRA "
-                    "encoder's frozen-layer states of its entity texts; graphveil.prepared_cache): an "
+                    "encoder's frozen-layer states of its entity texts; graphveil.run.prepared_cache): an "
                     "absolute path, or 'off'; default: '<ledger>.prepared' next to the ledger.")
     site_config: Path | None = Field(None, alias="site-config",
                                      description="Optional YAML overriding sections of the run's task (e.g. data.split).")
@@ -368,7 +368,7 @@ class SiteSettings(BaseModel):
     def _check_ledger_initialised(self) -> None:
         """The ledger, its key and its anchor are made once by ``graphveil budget init``, never
         on first use (a site that made them would re-anchor a restored, de-anchored backup)."""
-        from graphveil.site_key import key_path_for
+        from graphveil.ledger.site_key import key_path_for
 
         init = (f"graphveil budget init --ledger {self.ledger} --site {self.site_name}"
                 + (f" --anchor {self.ledger_anchor}" if self.ledger_anchor is not None else ""))
@@ -412,8 +412,8 @@ class SiteSettings(BaseModel):
 def _check_sql_site(settings: SiteSettings, source: str) -> None:
     """A site's ``sql`` source: the options the run config would get, checked by the source
     itself, messages naming the node config keys (``data-url``, not ``data.url``)."""
-    from graphveil.data.sources import check_source_options
-    from graphveil.host import default_host
+    from graphveil.contract.data_source import check_source_options
+    from graphveil.contract.host import default_host
 
     if settings.data_url is None:
         raise ConfigError(f"{source}: data-url is required for data-source 'sql'")
@@ -564,7 +564,7 @@ def check_site_policy(site: SiteSettings, fed: FederationSettings, config: RunCo
         raise PolicyRefusal(where("privacy.research_noise_seed"), "this site draws DP noise from the OS CSPRNG only")
     # Privacy unit and accountant.
     if host is None:
-        from graphveil.host import default_host
+        from graphveil.contract.host import default_host
 
         host = default_host()
     for family, component in (("sampler", config.sampler), ("clipper", config.clipper),

@@ -10,9 +10,9 @@ public (a function of the task and the site's policy) or covered by the accounte
    values, clip norm range, no pinned seed or noise), and server arrays that do not decode,
    are not floating point, hold NaN/Inf or exceed ``max-abs-weight`` — nothing read yet;
 2. refuse if the ledger already shows the budget spent; assemble the site's
-   :class:`~graphveil.session.TrainingSession` (no data read). At edge level, with the site's
+   :class:`~graphveil.run.session.TrainingSession` (no data read). At edge level, with the site's
    public size floor ``min-records``, its accountant is bound from public numbers alone
-   (:meth:`~graphveil.session.TrainingSession.bind_public_accounting`); at node level the
+   (:meth:`~graphveil.run.session.TrainingSession.bind_public_accounting`); at node level the
    coupled accountant needs |Ē| and n, so the graph is prepared first;
 3. write the round's spend to the ledger *before* training (:meth:`PrivacyLedger.reserve`), or
    refuse the round if it would pass the budget (ε values only if the site set ``share-epsilon``);
@@ -26,7 +26,7 @@ public (a function of the task and the site's policy) or covered by the accounte
 5. tell lifecycle plugins at the site (``graphveil_run_end`` with ``run_dir=None``), then reply
    with the updated parameters and public scalars (:mod:`.records`) — nothing else leaves but
    the ledger's witness head: every reply sent after the ledger was opened (trained, refused or
-   failed) carries it, for the server's witness (:mod:`graphveil.ledger_witness`); a reply
+   failed) carries it, for the server's witness (:mod:`graphveil.ledger.witness`); a reply
    refused before (node config, policy, arrays) carries none, as the site has not touched its
    ledger for that round.
 
@@ -49,7 +49,6 @@ import numpy as np
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from graphveil.config import RunConfig
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.settings import (
     FederationSettings,
@@ -59,8 +58,9 @@ from graphveil.connectors.flower.settings import (
     round_seed,
     site_run_config,
 )
-from graphveil.errors import PrivacyError
+from graphveil.contract.errors import PrivacyError
 from graphveil.ledger import BudgetExhaustedError, PrivacyLedger, WitnessHead
+from graphveil.run.config import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ SessionFactory = Callable[..., Any]
 
 
 def _real_session(config: RunConfig, records_store: Any = None) -> Any:
-    from graphveil.session import TrainingSession
+    from graphveil.run.session import TrainingSession
 
     return TrainingSession(config, records_store=records_store)
 
@@ -169,7 +169,7 @@ def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, confi
     stage.lap("checks")  # configs, policy, arrays' values, ledger opened, budget left
     session = session_factory(config, records_store=ledger)
     if site.prepared_cache_dir is not None and hasattr(session, "prepared_cache"):
-        from graphveil.prepared_cache import PreparedCache
+        from graphveil.run.prepared_cache import PreparedCache
 
         session.prepared_cache = PreparedCache.for_site(site.prepared_cache_dir, site.ledger)
     # Edge level with the site's public size floor: the accountant is bound from public numbers
@@ -297,7 +297,7 @@ def _report_round_end(session: Any, site: SiteSettings, config: RunConfig, *, se
     """``graphveil_run_end`` for the round's session, with ``run_dir=None`` (a site writes no run
     directory): the site's name and round, and its privacy numbers, ε being the ledger's total
     for the site. Lifecycle plugins (MLflow tracking) run at the site; nothing here is sent."""
-    from graphveil.host import default_host, read_only
+    from graphveil.contract.host import default_host, read_only
 
     report = {"private": True, "site": site.site_name, "server_round": server_round, "steps": steps,
               "epsilon": epsilon, "epsilon_budget": site.epsilon_budget, "delta": delta,

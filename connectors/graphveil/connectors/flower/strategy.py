@@ -11,7 +11,7 @@ option, :func:`make_strategy`). Each round it
   dtypes, every value finite, a positive finite step count) and marks one that is not
   ``failed`` ("non-finite adapter", ...): it is never averaged in;
 * hands the ledger head every reply carries (``ledger-seq``, ``ledger-head``,
-  ``ledger-previous``) to the ledger witness (:class:`~graphveil.ledger_witness.Witness`): a
+  ``ledger-previous``) to the ledger witness (:class:`~graphveil.ledger.witness.Witness`): a
   site whose ledger went backwards or forked is logged as an error and its reply marked
   ``failed`` (never averaged in), with the witness's reason in ``rounds.jsonl``; a ``trained``
   reply without a head is marked ``failed`` too;
@@ -43,7 +43,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdam, FedAvg, Strategy
 
 from graphveil.connectors.flower import records
-from graphveil.ledger_witness import Witness
+from graphveil.ledger.witness import Witness
 
 RoundHook = Callable[[int, dict[str, Any]], None]
 

@@ -41,8 +41,8 @@ from typing import Any, ClassVar, Literal, TypeVar
 import torch
 from torch import nn
 
+from graphveil.contract.errors import PluginError
 from graphveil.engine.grad_samplers.groups import Blocks, Gram, Groups, Segments, make_groups
-from graphveil.errors import PluginError
 
 __all__ = [
     "Blocks",

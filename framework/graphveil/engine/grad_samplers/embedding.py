@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from graphveil.contract.errors import PluginError
 from graphveil.engine.grad_samplers import GradSampler, LayerRecord, Mode, register
 from graphveil.engine.grad_samplers.groups import Groups
-from graphveil.errors import PluginError
 
 
 @register(nn.Embedding)

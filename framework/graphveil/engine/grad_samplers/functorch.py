@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from torch.func import functional_call, grad, vmap
 
+from graphveil.contract.errors import PluginError
 from graphveil.engine.grad_samplers import GradSampler, LayerRecord, Mode
 from graphveil.engine.grad_samplers.groups import Blocks, Groups
-from graphveil.errors import PluginError
 
 
 class FunctorchSampler(GradSampler):

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from graphveil.contract.errors import PluginError
 from graphveil.engine.grad_samplers import GradSampler, LayerRecord, Mode, register
 from graphveil.engine.grad_samplers.groups import Groups
-from graphveil.errors import PluginError
 
 
 @register(nn.LayerNorm)

@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
+from graphveil.contract.errors import PluginError
 from graphveil.engine.grad_samplers import GradSampler, LayerRecord, Mode, register
 from graphveil.engine.grad_samplers.groups import Groups
-from graphveil.errors import PluginError
 
 
 @register(

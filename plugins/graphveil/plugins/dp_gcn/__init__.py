@@ -14,7 +14,7 @@ Components: sampler ``graph_splits``, clipper ``per_split_clip``, accountant ``s
 model ``gcn``, task ``split_node_classification``.
 """
 
-from graphveil.hookspecs import hookimpl
+from graphveil.contract.hookspecs import hookimpl
 
 
 @hookimpl

@@ -7,18 +7,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphveil.components import ExampleStructure
-from graphveil.errors import PrivacyError
-from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE
-from graphveil.privacy import RdpAccountantBase, RdpParams
-from graphveil.privacy.rdp_accountant import dp_event_rdp
-from graphveil.profiles import (
+from graphveil.contract.errors import PrivacyError
+from graphveil.contract.profiles import (
+    ExampleStructure,
     PrivacyUnit,
     SamplingKind,
     SamplingProfile,
     SensitivityKind,
     SensitivityProfile,
 )
+from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE
+from graphveil.privacy import RdpAccountantBase, RdpParams
+from graphveil.privacy.rdp_accountant import dp_event_rdp
 
 
 def split_step_event(num_splits: int, batch_size: int, noise_multiplier: float) -> Any:

@@ -7,11 +7,11 @@ from typing import Any, ClassVar
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphveil.components import Sampler
-from graphveil.errors import ConfigError, PrivacyError
+from graphveil.contract.errors import ConfigError, PrivacyError
+from graphveil.contract.profiles import PrivacyUnit, SamplingKind, SamplingProfile
+from graphveil.contract.sampler import Sampler
 from graphveil.plugins.dp_gcn.splits import SplitBatch, split_assignment, split_key
 from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE
-from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile
 
 
 class GraphSplitsParams(BaseModel):

@@ -30,13 +30,14 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from graphveil.components import ExampleStructure, Model
-from graphveil.errors import ConfigError, PrivacyError
+from graphveil.contract.errors import ConfigError, PrivacyError
+from graphveil.contract.model import Model
+from graphveil.contract.profiles import ExampleStructure
+from graphveil.contract.task import MetricColumn
+from graphveil.contract.units import PrivacyUnit
 from graphveil.evaluation import accuracy, macro_f1
 from graphveil.plugins.dp_gcn.splits import SplitBatch, split_members
 from graphveil.plugins.node_dp.task import NodeClassification, NodeClassificationParams
-from graphveil.tasks import MetricColumn
-from graphveil.units import PrivacyUnit
 
 
 class SplitNodeClassificationParams(NodeClassificationParams):

@@ -22,7 +22,7 @@ Why replacement and not add/remove of a split: changing one node is a replacemen
 cover a node only through group privacy.
 """
 
-from graphveil.units import Adjacency, PrivacyUnit, UnitKind
+from graphveil.contract.units import Adjacency, PrivacyUnit, UnitKind
 
 #: One graph split of the collection replaced by another (s public); see the module docstring.
 SPLIT_REPLACE = PrivacyUnit(UnitKind.GRAPH, Adjacency.REPLACEMENT)

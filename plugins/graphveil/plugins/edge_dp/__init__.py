@@ -6,7 +6,7 @@ Poisson-subsampled Gaussian (``edge_rdp``) or by its privacy loss distribution (
 tighter; reports the RDP ε beside).
 """
 
-from graphveil.hookspecs import hookimpl
+from graphveil.contract.hookspecs import hookimpl
 
 
 @hookimpl

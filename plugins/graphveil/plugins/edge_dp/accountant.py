@@ -9,15 +9,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphveil.errors import PrivacyError
-from graphveil.privacy import RdpAccountantBase, RdpParams
-from graphveil.profiles import (
+from graphveil.contract.errors import PrivacyError
+from graphveil.contract.profiles import (
     PrivacyUnit,
     SamplingKind,
     SamplingProfile,
     SensitivityKind,
     SensitivityProfile,
 )
+from graphveil.privacy import RdpAccountantBase, RdpParams
 
 _log = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from graphveil.clipping import ThresholdClipper
-from graphveil.components import TupleBatch
-from graphveil.profiles import PrivacyUnit, SensitivityKind
+from graphveil.contract.clipper import ThresholdClipper
+from graphveil.contract.profiles import PrivacyUnit, SensitivityKind
+from graphveil.contract.sampler import TupleBatch
 
 
 class PerTupleEdgeClipper(ThresholdClipper):

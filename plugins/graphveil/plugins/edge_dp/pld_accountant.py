@@ -21,11 +21,11 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from graphveil.errors import PrivacyError
+from graphveil.contract.errors import PrivacyError
+from graphveil.contract.profiles import SamplingProfile, SensitivityProfile
 from graphveil.plugins.edge_dp.accountant import EdgeRdpAccountant
 from graphveil.plugins.edge_dp.sigma_search import log_secant_search
 from graphveil.privacy import RdpParams, check_steps, rdp_to_epsilon, validate_delta
-from graphveil.profiles import SamplingProfile, SensitivityProfile
 
 
 class EdgePldParams(RdpParams):

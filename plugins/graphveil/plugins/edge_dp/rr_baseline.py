@@ -26,10 +26,10 @@ from typing import Any, ClassVar
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphveil.errors import ConfigError
-from graphveil.mechanisms import Mechanism
-from graphveil.methods import Method, Plan, Release, Train
-from graphveil.units import PrivacyUnit
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.mechanism import Mechanism
+from graphveil.contract.method import Method, Plan, Release, Train
+from graphveil.contract.units import PrivacyUnit
 
 RELATIONS = "rr_relations"
 

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field, model_validator
 
-from graphveil.profiles import PrivacyUnit, SamplingKind
+from graphveil.contract.profiles import PrivacyUnit, SamplingKind
 from graphveil.sampling import PoissonTupleParams, PoissonTupleSampler
 
 

@@ -4,7 +4,7 @@ Degree capping + Poisson positives + NEG-SAMPLE-WOR (Alg. 2), FREQ-CLIP (Alg. 1)
 per-tuple clipping, and the coupled-sampling RDP accountant (Thm 3, Eq. 3; Thm C.1, Eq. 47).
 """
 
-from graphveil.hookspecs import hookimpl
+from graphveil.contract.hookspecs import hookimpl
 
 
 @hookimpl

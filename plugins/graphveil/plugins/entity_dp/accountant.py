@@ -8,16 +8,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphveil.errors import PrivacyError
-from graphveil.plugins.entity_dp.coupled_rdp import thm3_rdp, thmc1_rdp
-from graphveil.privacy import RdpAccountantBase, RdpParams
-from graphveil.profiles import (
+from graphveil.contract.errors import PrivacyError
+from graphveil.contract.profiles import (
     PrivacyUnit,
     SamplingKind,
     SamplingProfile,
     SensitivityKind,
     SensitivityProfile,
 )
+from graphveil.plugins.entity_dp.coupled_rdp import thm3_rdp, thmc1_rdp
+from graphveil.privacy import RdpAccountantBase, RdpParams
 
 _THEOREMS = {
     SensitivityKind.FREQ_CLIP_NODE: ("Thm 3, Eq. (3)", thm3_rdp),

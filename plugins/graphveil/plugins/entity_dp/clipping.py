@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
-from graphveil.clipping import ThresholdClipper
-from graphveil.components import TupleBatch
-from graphveil.errors import PrivacyError, ProfileMismatchError
-from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind
+from graphveil.contract.clipper import ThresholdClipper
+from graphveil.contract.errors import PrivacyError, ProfileMismatchError
+from graphveil.contract.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind
+from graphveil.contract.sampler import TupleBatch
 
 
 def max_frequencies(batch: TupleBatch) -> torch.Tensor:

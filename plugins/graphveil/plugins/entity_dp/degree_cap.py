@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from graphveil.errors import ConfigError, DataError
+from graphveil.contract.errors import ConfigError, DataError
 
 
 def _segment_starts(sorted_keys: np.ndarray) -> np.ndarray:

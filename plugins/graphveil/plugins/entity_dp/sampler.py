@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from pydantic import BaseModel, Field
 
-from graphveil.errors import ConfigError, PrivacyError
+from graphveil.contract.errors import ConfigError, PrivacyError
+from graphveil.contract.profiles import PrivacyUnit, SamplingKind
 from graphveil.plugins.entity_dp.degree_cap import cap_degrees
-from graphveil.profiles import PrivacyUnit, SamplingKind
 from graphveil.sampling import PoissonTupleParams, PoissonTupleSampler, sample_without_replacement
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ the methods' releases take their sensitivities from it, and node_dp's per-node s
 and accountant train the final classifier (they accept every GDP level for row-wise models).
 """
 
-from graphveil.hookspecs import hookimpl
+from graphveil.contract.hookspecs import hookimpl
 
 
 @hookimpl

@@ -7,12 +7,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from graphveil.errors import ConfigError, DataError
-from graphveil.mechanisms import Mechanism
-from graphveil.methods import Train
+from graphveil.contract.errors import ConfigError, DataError
+from graphveil.contract.mechanism import Mechanism
+from graphveil.contract.method import Train
+from graphveil.contract.units import PrivacyUnit
 from graphveil.plugins.gdp.levels import GdpLevel
 from graphveil.plugins.node_dp.units import NODE_GDP
-from graphveil.units import PrivacyUnit
 
 
 class GdpRelease(Mechanism):
@@ -83,7 +83,7 @@ def check_out_degree_class(task: Any, level: GdpLevel) -> None:
 
     :raises DataError: naming the method, the unit, D and the largest out-degree found.
     """
-    from graphveil.planning import PublicTask
+    from graphveil.run.planning import PublicTask
 
     if level.out_degree_class is None or isinstance(task, PublicTask):
         return

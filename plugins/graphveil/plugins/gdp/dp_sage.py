@@ -27,13 +27,13 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphveil.errors import ConfigError
-from graphveil.mechanisms import Mechanism
-from graphveil.methods import MODEL_KEY, Method, Plan, Release, Train
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.mechanism import Mechanism
+from graphveil.contract.method import MODEL_KEY, Method, Plan, Release, Train
+from graphveil.contract.units import UnitKind
 from graphveil.plugins.gdp.common import GdpRelease, plan_level
 from graphveil.plugins.gdp.levels import GdpLevel
 from graphveil.plugins.gdp.rooted import changed_examples
-from graphveil.units import UnitKind
 
 OUTPUTS = "dp_sage_outputs"
 

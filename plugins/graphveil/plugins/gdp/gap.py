@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphveil.errors import ConfigError
-from graphveil.mechanisms import Mechanism
-from graphveil.methods import Method, Plan, Release
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.mechanism import Mechanism
+from graphveil.contract.method import Method, Plan, Release
 from graphveil.plugins.gdp.common import (
     GdpRelease,
     aggregate,

@@ -46,8 +46,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from graphveil.errors import ConfigError
-from graphveil.units import Adjacency, PrivacyUnit, UnitKind
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.units import Adjacency, PrivacyUnit, UnitKind
 
 _KINDS = (UnitKind.EDGE, UnitKind.UNDIRECTED_EDGE, UnitKind.NODE, UnitKind.K_NEIGHBOR)
 

@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from graphveil.components import ExampleStructure, Model
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.model import Model
+from graphveil.contract.profiles import ExampleStructure
 
 
 class FeatureEncoder(Model):

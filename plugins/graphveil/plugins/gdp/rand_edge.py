@@ -21,12 +21,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from graphveil.errors import ConfigError
-from graphveil.mechanisms import Mechanism
-from graphveil.methods import Method, Plan, Release
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.mechanism import Mechanism
+from graphveil.contract.method import Method, Plan, Release
+from graphveil.contract.units import PrivacyUnit
 from graphveil.plugins.gdp.common import node_data, plan_level, train_stage
 from graphveil.plugins.node_dp.units import NODE_GDP
-from graphveil.units import PrivacyUnit
 
 GRAPH = "rand_edge"
 

@@ -24,19 +24,19 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphveil.components import ExampleStructure
-from graphveil.errors import PrivacyError
-from graphveil.plugins.gdp.rooted import NodeLevelWithBound
-from graphveil.plugins.node_dp.accountant import wor_sizes
-from graphveil.plugins.node_dp.units import NODE_GDP
-from graphveil.privacy import RdpAccountantBase, RdpParams
-from graphveil.profiles import (
+from graphveil.contract.errors import PrivacyError
+from graphveil.contract.profiles import (
+    ExampleStructure,
     PrivacyUnit,
     SamplingKind,
     SamplingProfile,
     SensitivityKind,
     SensitivityProfile,
 )
+from graphveil.plugins.gdp.rooted import NodeLevelWithBound
+from graphveil.plugins.node_dp.accountant import wor_sizes
+from graphveil.plugins.node_dp.units import NODE_GDP
+from graphveil.privacy import RdpAccountantBase, RdpParams
 
 #: ℓ2 change of one example's clipped gradient when its data is replaced, in units of C
 REPLACEMENT_SENSITIVITY = 2.0

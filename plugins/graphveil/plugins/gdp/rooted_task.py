@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, field_validator
 
-from graphveil.components import ExampleStructure, Model
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.model import Model
+from graphveil.contract.profiles import ExampleStructure
 from graphveil.plugins.gdp.levels import GdpLevel
 from graphveil.plugins.gdp.rooted import RootBatch
 from graphveil.plugins.node_dp.task import (

@@ -22,8 +22,8 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphveil.components import Model
-from graphveil.tasks import NodeBatch
+from graphveil.contract.model import Model
+from graphveil.contract.task import NodeBatch
 
 
 class StageParams(BaseModel):

@@ -1,6 +1,6 @@
 """Decoder LLM encoders (Llama, Mistral, Qwen) with peft LoRA adapters, last-token pooling."""
 
-from graphveil.hookspecs import hookimpl
+from graphveil.contract.hookspecs import hookimpl
 
 
 @hookimpl

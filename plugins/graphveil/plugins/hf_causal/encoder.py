@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, Field, field_validator
 from torch import nn
 
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
 from graphveil.plugins.hf_common import (
     CachedLoraEncoder,
     LoraParams,

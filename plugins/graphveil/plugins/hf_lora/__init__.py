@@ -1,6 +1,6 @@
 """Text encoders: a transformers AutoModel with peft LoRA adapters, mean pooling."""
 
-from graphveil.hookspecs import hookimpl
+from graphveil.contract.hookspecs import hookimpl
 
 
 @hookimpl

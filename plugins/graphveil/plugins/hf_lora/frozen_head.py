@@ -32,7 +32,7 @@ of the public frozen model: adding or removing one entity (or one relation) chan
 entity's cached row, so the privacy-unit analysis of the samplers, clippers and accountants is
 unchanged — the cache is a fixed, data-independent map applied row by row before training.
 At a federated site the text models' embeddings are also kept between rounds in the site's
-prepared cache (:mod:`graphveil.prepared_cache`: the site's own files, nothing of it is sent).
+prepared cache (:mod:`graphveil.run.prepared_cache`: the site's own files, nothing of it is sent).
 
 Devices and dtypes: ``dtype`` is that of the frozen text model while the cache is built; the
 cache and the head are float32; ``device: auto`` runs the text model and the head on CUDA when
@@ -50,8 +50,8 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import nn
 
-from graphveil.components import Encoder
-from graphveil.errors import ConfigError, DataError
+from graphveil.contract.errors import ConfigError, DataError
+from graphveil.contract.model import Encoder
 from graphveil.plugins.hf_common import (
     cached_for_last_graph,
     check_device,
@@ -63,7 +63,7 @@ from graphveil.plugins.hf_common import (
 
 if TYPE_CHECKING:
     from graphveil.data.graph import RelationalGraph
-    from graphveil.prepared_cache import PreparedCache
+    from graphveil.run.prepared_cache import PreparedCache
 
 #: Base embeddings of the last prepared graph, keyed by what they depend on (a demo's rows and
 #: a site's rounds prepare the same graph again).
@@ -204,7 +204,7 @@ class FrozenHeadEncoder(Encoder):
                                      fits)["embeddings"]
 
     def prepared_key(self, texts: Sequence[str]) -> str:
-        """Key of the embeddings in a :class:`~graphveil.prepared_cache.PreparedCache`
+        """Key of the embeddings in a :class:`~graphveil.run.prepared_cache.PreparedCache`
         (:func:`~graphveil.plugins.hf_common.frozen_key`): the texts and the tokenizer, every
         weight and buffer of the frozen text model, the token cap, its dtype and device type."""
         assert self._text_model is not None

@@ -39,9 +39,9 @@ from typing import Any
 
 import yaml
 
-from graphveil.hookspecs import hookimpl
-from graphveil.outputs import RunDirectory
+from graphveil.contract.hookspecs import hookimpl
 from graphveil.plugins.mlflow_tracking.redact import flatten, mask_secrets, redact
+from graphveil.run.outputs import RunDirectory
 
 SWITCH = "GRAPHVEIL_MLFLOW"
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"

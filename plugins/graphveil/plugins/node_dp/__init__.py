@@ -10,7 +10,7 @@ Also the ``sage`` model (GraphSAGE on rooted subgraphs, :mod:`graphveil.subgraph
 the GDP plugin's ``dp_sage`` method trains with its own sampler and accountant.
 """
 
-from graphveil.hookspecs import hookimpl
+from graphveil.contract.hookspecs import hookimpl
 
 
 @hookimpl

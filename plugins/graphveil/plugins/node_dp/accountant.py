@@ -8,18 +8,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphveil.components import ExampleStructure
-from graphveil.errors import PrivacyError
-from graphveil.plugins.node_dp.units import NODE_GDP, RowWiseGdpUnits
-from graphveil.privacy import RdpAccountantBase, RdpParams
-from graphveil.privacy.rdp_accountant import dp_event_rdp
-from graphveil.profiles import (
+from graphveil.contract.errors import PrivacyError
+from graphveil.contract.profiles import (
+    ExampleStructure,
     PrivacyUnit,
     SamplingKind,
     SamplingProfile,
     SensitivityKind,
     SensitivityProfile,
 )
+from graphveil.plugins.node_dp.units import NODE_GDP, RowWiseGdpUnits
+from graphveil.privacy import RdpAccountantBase, RdpParams
+from graphveil.privacy.rdp_accountant import dp_event_rdp
 
 
 class NodeReplaceRdpAccountant(RowWiseGdpUnits, RdpAccountantBase):

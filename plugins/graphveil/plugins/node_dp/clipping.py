@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from graphveil.clipping import ThresholdClipper
+from graphveil.contract.clipper import ThresholdClipper
+from graphveil.contract.profiles import PrivacyUnit, SensitivityKind
 from graphveil.plugins.node_dp.units import NODE_GDP, RowWiseGdpUnits
-from graphveil.profiles import PrivacyUnit, SensitivityKind
 
 
 class PerNodeClipper(RowWiseGdpUnits, ThresholdClipper):

@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphveil.errors import ConfigError
-from graphveil.mechanisms import Mechanism
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.mechanism import Mechanism
+from graphveil.contract.units import PrivacyUnit
 from graphveil.plugins.node_dp.units import NODE_GDP
-from graphveil.units import PrivacyUnit
 
 
 class NoisyFeaturesParams(BaseModel):

@@ -15,8 +15,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from graphveil.components import ExampleStructure, Model
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.model import Model
+from graphveil.contract.profiles import ExampleStructure
 from graphveil.plugins.node_dp.mlp import _ACTIVATIONS
 
 if TYPE_CHECKING:

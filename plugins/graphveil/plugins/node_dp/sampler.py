@@ -7,11 +7,11 @@ from typing import Any, ClassVar
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphveil.components import Sampler
-from graphveil.errors import PrivacyError
+from graphveil.contract.errors import PrivacyError
+from graphveil.contract.profiles import PrivacyUnit, SamplingKind, SamplingProfile
+from graphveil.contract.sampler import Sampler
+from graphveil.contract.task import NodeBatch
 from graphveil.plugins.node_dp.units import NODE_GDP, RowWiseGdpUnits
-from graphveil.profiles import PrivacyUnit, SamplingKind, SamplingProfile
-from graphveil.tasks import NodeBatch
 
 
 class UniformNodeParams(BaseModel):

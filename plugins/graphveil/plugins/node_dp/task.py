@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from graphveil.components import Model
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.model import Model
+from graphveil.contract.task import MetricColumn, NodeBatch, Task
+from graphveil.contract.units import PrivacyUnit, UnitKind
 from graphveil.data.node_graph import NodeGraph
 from graphveil.data.node_split import planetoid_full_split, random_node_split
-from graphveil.errors import ConfigError
-from graphveil.tasks import MetricColumn, NodeBatch, Task
-from graphveil.units import PrivacyUnit, UnitKind
 
 RAW = "raw"
 RELEASED = "released:"

@@ -1,6 +1,6 @@
 """The privacy units of node-level DP-SGD on row-wise models (paper 4's GDP levels)."""
 
-from graphveil.units import Adjacency, PrivacyUnit, UnitKind
+from graphveil.contract.units import Adjacency, PrivacyUnit, UnitKind
 
 #: Paper 4's node-level GDP: neighbouring datasets replace one node; predictions are released.
 NODE_GDP = PrivacyUnit(UnitKind.NODE, Adjacency.REPLACEMENT, protects_predictions=True)

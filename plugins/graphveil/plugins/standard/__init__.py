@@ -1,6 +1,6 @@
 """DP-SGD basics every run may need: the non-private baseline pieces (no clipping, no accounting)."""
 
-from graphveil.hookspecs import hookimpl
+from graphveil.contract.hookspecs import hookimpl
 
 
 @hookimpl

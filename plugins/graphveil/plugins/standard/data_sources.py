@@ -16,12 +16,12 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from graphveil.components import NoParams
+from graphveil.contract.data_source import DataSource
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.hookspecs import hookimpl
+from graphveil.contract.options import NoParams
 from graphveil.data.graph import RelationalGraph
 from graphveil.data.node_graph import NodeGraph
-from graphveil.data.sources import DataSource
-from graphveil.errors import ConfigError
-from graphveil.hookspecs import hookimpl
 
 
 class _Options(BaseModel):

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from graphveil.components import Encoder
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.model import Encoder
 from graphveil.engine.dp_step import LossSpec, batch_losses, nonprivate_step
-from graphveil.errors import ConfigError
 from graphveil.evaluation import relation_prediction
 from graphveil.sampling import pair_with_random_ends
 
@@ -48,7 +48,7 @@ def few_shot_relation_prediction(
     :param released_z: ``(len(nodes), d)`` the released model's embeddings of ``nodes``: the
         same test relations ranked without few-shot fine-tuning (``fewshot_released_*``), the
         paired comparison (zero-shot metrics rank every held-out relation, a larger set).
-    :param config: :class:`graphveil.config.FewShotConfig`.
+    :param config: :class:`graphveil.run.config.FewShotConfig`.
     :param optimizer: ``"adam"`` or ``"sgd"`` (the run's ``training.optimizer``).
     :returns: ``fewshot_prec1``, ``fewshot_mrr`` and ``fewshot_released_prec1``,
         ``fewshot_released_mrr`` on the test relations, ``fewshot_relations`` (how many were

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from graphveil.mechanisms import Mechanism
-from graphveil.methods import Method, Plan, Release, Train
+from graphveil.contract.mechanism import Mechanism
+from graphveil.contract.method import Method, Plan, Release, Train
 
 
 class DpSgd(Method):

@@ -6,16 +6,17 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from graphveil.components import Accountant, NoParams
-from graphveil.errors import PrivacyError, ProfileMismatchError
-from graphveil.privacy import check_steps, validate_delta
-from graphveil.profiles import (
+from graphveil.contract.accountant import Accountant
+from graphveil.contract.errors import PrivacyError, ProfileMismatchError
+from graphveil.contract.options import NoParams
+from graphveil.contract.profiles import (
     PrivacyUnit,
     SamplingKind,
     SamplingProfile,
     SensitivityKind,
     SensitivityProfile,
 )
+from graphveil.privacy import check_steps, validate_delta
 
 
 class NoAccountant(Accountant):

@@ -7,8 +7,9 @@ from typing import ClassVar
 
 import torch
 
-from graphveil.components import Clipper, TupleBatch
-from graphveil.profiles import PrivacyUnit, SensitivityKind
+from graphveil.contract.clipper import Clipper
+from graphveil.contract.profiles import PrivacyUnit, SensitivityKind
+from graphveil.contract.sampler import TupleBatch
 
 
 class NoClip(Clipper):

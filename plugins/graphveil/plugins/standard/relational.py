@@ -9,16 +9,17 @@ from typing import Any, ClassVar
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from graphveil.components import Encoder, TupleBatch
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.model import Encoder
+from graphveil.contract.sampler import TupleBatch
+from graphveil.contract.task import MetricColumn, Task
+from graphveil.contract.units import PrivacyUnit
 from graphveil.data import RelationalGraph, transfer_split
 from graphveil.data.node_graph import NodeGraph
 from graphveil.data.two_graphs import TwoGraphs
 from graphveil.engine.dp_step import LossSpec, batch_losses
-from graphveil.errors import ConfigError
 from graphveil.evaluation import few_shot_classification, rank_metrics, relation_ranks
 from graphveil.plugins.standard.few_shot import few_shot_relation_prediction
-from graphveil.tasks import MetricColumn, Task
-from graphveil.units import PrivacyUnit
 
 RELEASED = "released:"
 
@@ -71,8 +72,8 @@ class RelationalTask(Task):
         self.params = params if params is not None else RelationalParams()
         self.loss = LossSpec()
         self.eval_batch_size, self.eval_max_edges, self.eval_seed = 256, None, 0
-        self.few_shot: Any = None  # graphveil.config.FewShotConfig
-        self.entity_classification: Any = None  # graphveil.config.EntityClassificationConfig
+        self.few_shot: Any = None  # graphveil.run.config.FewShotConfig
+        self.entity_classification: Any = None  # graphveil.run.config.EntityClassificationConfig
         self.training: Any = None
         #: ``(m,)`` ranks of the held-out relations from the last :meth:`evaluate`, in its order.
         self.relation_ranks: torch.Tensor | None = None

@@ -6,7 +6,7 @@ relations (paper 1, node-level, add/remove), a node replaced with its features, 
 out-edges under an out-degree bound D (paper 4, node-level GDP), only k of its adjacency
 entries (paper 4, k-neighbor GDP), or a whole graph (paper 3's unit is one document graph).
 Two components agree on the unit only if *all* of it agrees, so the unit is one frozen value
-compared as a whole in one place (:func:`graphveil.invariant.check_units`).
+compared as a whole in one place (:func:`graphveil.contract.invariant.check_units`).
 
 ``PrivacyUnit.EDGE`` and ``PrivacyUnit.NODE`` are the units of the relational methods (add/remove
 adjacency); their :attr:`~PrivacyUnit.value` labels ("edge", "node") are what ledgers and
@@ -115,3 +115,16 @@ class PrivacyUnit:
 
 PrivacyUnit.EDGE = PrivacyUnit(UnitKind.EDGE)
 PrivacyUnit.NODE = PrivacyUnit(UnitKind.NODE)
+
+
+class ClaimsUnit:
+    """A component whose analysis is stated for a privacy unit (class attribute ``unit``)."""
+
+    unit: ClassVar[PrivacyUnit]
+
+    @classmethod
+    def accepts_unit(cls, unit: PrivacyUnit) -> bool:
+        """Whether this component's analysis also holds for ``unit`` when a run states its unit
+        (``privacy.unit``); the session then records ``unit`` on the instance. Default: only its
+        own unit. Override only with the argument why in the docstring."""
+        return unit == cls.unit

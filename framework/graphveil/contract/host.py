@@ -29,14 +29,17 @@ from typing import Any
 import pluggy
 from pydantic import BaseModel, ValidationError
 
-from graphveil import hookspecs
-from graphveil.components import Accountant, Clipper, Encoder, Model, NoParams, Sampler, describe
-from graphveil.config import format_validation_error
-from graphveil.data.sources import DataSource
-from graphveil.errors import ConfigError, PluginError
-from graphveil.mechanisms import Mechanism
-from graphveil.methods import Method
-from graphveil.tasks import Task
+from graphveil.contract import hookspecs
+from graphveil.contract.accountant import Accountant
+from graphveil.contract.clipper import Clipper
+from graphveil.contract.data_source import DataSource
+from graphveil.contract.errors import ConfigError, PluginError
+from graphveil.contract.mechanism import Mechanism
+from graphveil.contract.method import Method
+from graphveil.contract.model import Encoder, Model
+from graphveil.contract.options import NoParams, describe, format_validation_error
+from graphveil.contract.sampler import Sampler
+from graphveil.contract.task import Task
 
 ENTRY_POINT_GROUP = "graphveil"
 #: Entry points into these packages ship with GraphVeil (built-in plugins, connectors): they
@@ -272,7 +275,7 @@ def _warn_unmarked(scratch: pluggy.PluginManager, plugin: Any, plugin_name: str)
         if callable(inspect.getattr_static(plugin, attr, None)):
             warnings.warn(
                 f"plugin {plugin_name!r}: {attr} is not marked @hookimpl, so it is not a hook and is "
-                "ignored; decorate it with graphveil.hookspecs.hookimpl",
+                "ignored; decorate it with graphveil.contract.hookspecs.hookimpl",
                 PluginWarning, stacklevel=3,
             )
 

@@ -1,13 +1,13 @@
 """The invariant, in one place: the accountant analyses exactly what the sampler and clipper do.
 
-Every sampler declares the distribution it draws from (:class:`~graphveil.profiles.SamplingKind`),
-every clipper the sensitivity of its clipped sum (:class:`~graphveil.profiles.SensitivityKind`),
+Every sampler declares the distribution it draws from (:class:`~graphveil.contract.profiles.SamplingKind`),
+every clipper the sensitivity of its clipped sum (:class:`~graphveil.contract.profiles.SensitivityKind`),
 every accountant the (sampling, sensitivity) pairs it can analyse, and all three the privacy
-unit (:class:`~graphveil.units.PrivacyUnit`, compared as a whole value: kind, adjacency, degree
+unit (:class:`~graphveil.contract.units.PrivacyUnit`, compared as a whole value: kind, adjacency, degree
 bound, k, predictions). :func:`check_run` is called before any data is read (class-level
 declarations) and :func:`check_profiles` again when the accountant is bound to the numeric
-profiles; a mismatch is a :class:`~graphveil.errors.ProfileMismatchError` or
-:class:`~graphveil.errors.PrivacyError` naming the parts.
+profiles; a mismatch is a :class:`~graphveil.contract.errors.ProfileMismatchError` or
+:class:`~graphveil.contract.errors.PrivacyError` naming the parts.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from graphveil.errors import PrivacyError, ProfileMismatchError
-from graphveil.profiles import SamplingKind, SensitivityKind
-from graphveil.units import PrivacyUnit
+from graphveil.contract.errors import PrivacyError, ProfileMismatchError
+from graphveil.contract.profiles import SamplingKind, SensitivityKind
+from graphveil.contract.units import PrivacyUnit
 
 
 def _supported_text(supported: Iterable[tuple[SamplingKind, SensitivityKind]]) -> str:
@@ -93,12 +93,12 @@ def check_structure(name: str, model: Any, accountant: tuple[str, Any] | None = 
 
     :raises PrivacyError: naming the model and what to do instead.
     """
-    from graphveil.components import ExampleStructure
+    from graphveil.contract.profiles import ExampleStructure
 
     structure = getattr(model, "structure", None)
     if not isinstance(structure, ExampleStructure):
         raise PrivacyError(f"model {name!r} declares no per-example structure (class attribute "
-                           "`structure`, a graphveil.components.ExampleStructure)")
+                           "`structure`, a graphveil.contract.profiles.ExampleStructure)")
     if structure is ExampleStructure.WHOLE_GRAPH:
         raise PrivacyError(
             f"model {name!r} mixes every node of the graph in one forward (structure whole_graph): "

@@ -32,7 +32,7 @@ A site killed between 1 and 2 leaves an unconfirmed reservation, which counts in
 Creation
 --------
 A ledger is created once, explicitly: :func:`init_ledger` (``graphveil budget init``) makes the
-site key ``<ledger>.key`` (:mod:`graphveil.site_key`, 0600, never replaced), the ledger and, if
+site key ``<ledger>.key`` (:mod:`graphveil.ledger.site_key`, 0600, never replaced), the ledger and, if
 asked, its anchor. Opening a ledger never creates any of them: a missing ledger, key or anchor
 is an error naming the file. (An implicit create-on-first-use would turn "restore a backup,
 delete the anchor" into a silent re-anchoring.)
@@ -74,7 +74,7 @@ The witness
 An anchor is the site operator's own file. Every reply a site sends after opening its ledger
 carries :meth:`PrivacyLedger.witness_head`: the number of *checkpoint* rows (one per round that
 reached the ledger: ``release``, ``withhold`` or ``refuse``) and the keyed hash of the last one.
-The server keeps them per site (:mod:`graphveil.ledger_witness`) and refuses a site whose
+The server keeps them per site (:mod:`graphveil.ledger.witness`) and refuses a site whose
 sequence number goes backwards (a restored backup, a replaced ledger) or whose head differs at
 a sequence number it saw before (a fork). Without the key the server cannot check that a larger
 sequence number extends what it saw; the site can: ``graphveil budget verify --witness FILE``
@@ -129,16 +129,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphveil.components import Accountant
-from graphveil.errors import GraphVeilError, PrivacyError
-from graphveil.privacy.conversion import DEFAULT_ORDERS, rdp_to_epsilon
-from graphveil.site_key import (
+from graphveil.contract.accountant import Accountant
+from graphveil.contract.errors import GraphVeilError, PrivacyError
+from graphveil.ledger.site_key import (
     SiteKeyError,
     create_site_key,
     key_path_for,
     keyed_digest,
     load_site_key,
 )
+from graphveil.privacy.conversion import DEFAULT_ORDERS, rdp_to_epsilon
 
 if TYPE_CHECKING:
     import torch
@@ -429,7 +429,7 @@ class PrivacyLedger:
         ``{"count": n, "hash": h}``; written after every committed write, checked on open and
         before every reservation (see the module docstring). It must exist (``init`` writes it).
     :param key: the site key (tests); default: read from ``<ledger>.key``
-        (:func:`graphveil.site_key.key_path_for`).
+        (:func:`graphveil.ledger.site_key.key_path_for`).
     :param create: kept for old callers; only ``False`` is accepted (see :func:`init_ledger`).
     :raises LedgerError: if the file, its key or its anchor is missing, the file is not a
         ledger, is newer, is a schema-2 (unkeyed) ledger not yet re-chained by ``init``, a v1
@@ -540,7 +540,7 @@ class PrivacyLedger:
         return int(row[0]), row[1] or self.genesis()
 
     def witness_head(self) -> WitnessHead:
-        """What a reply tells the server's witness (:mod:`graphveil.ledger_witness`).
+        """What a reply tells the server's witness (:mod:`graphveil.ledger.witness`).
 
         The sequence number counts the ledger's checkpoint rows (:data:`CHECKPOINTS`: one per
         round that reached the ledger — released, withheld or refused), the head is the keyed
@@ -1420,7 +1420,7 @@ def _read_anchor(path: Path) -> tuple[int, str]:
 def _rebuild_v1_curve(path: Path, state: Mapping[str, Any], delta: float,
                       v1_epsilon: float) -> tuple[np.ndarray, np.ndarray, str]:
     """Replay a v1 accountant state with the installed plugin: (orders, total RDP, unit)."""
-    from graphveil.profiles import (
+    from graphveil.contract.profiles import (
         SamplingKind,
         SamplingProfile,
         SensitivityKind,
@@ -1431,7 +1431,7 @@ def _rebuild_v1_curve(path: Path, state: Mapping[str, Any], delta: float,
     hint = (f"; {path} is left unchanged (schema v1) — install the plugin providing {mechanism!r} and "
             f"run `graphveil budget init --ledger {path}` again")
     try:
-        from graphveil.host import default_host
+        from graphveil.contract.host import default_host
 
         orders = [float(a) for a in state.get("orders") or ()]
         params = {} if not orders or tuple(orders) == tuple(DEFAULT_ORDERS) else {"orders": orders}

@@ -2,14 +2,14 @@
 
 A method says what a run does, in order: one-shot releases (:class:`Release`), the DP-SGD
 training of the run's model (:class:`Train`), and non-private post-processing
-(:class:`PostProcess`) that reads only what was released. The session (``graphveil.session``)
+(:class:`PostProcess`) that reads only what was released. The session (``graphveil.run.session``)
 runs the stages in order, composes every release and every step in ONE accountant and keeps
 ONE store of released artifacts (``task.released``); evaluation reads only that store and the
 model.
 
 One budget for the whole plan: before anything is released the session calibrates the run's
 noise multiplier σ so that all stages together meet the target ε. A release whose mechanism
-leaves its noise unset (:meth:`~graphveil.mechanisms.Mechanism.calibrated`) takes that shared
+leaves its noise unset (:meth:`~graphveil.contract.mechanism.Mechanism.calibrated`) takes that shared
 σ (noise std σ · sensitivity); the others bring their own noise and count at their fixed cost.
 
 The built-in ``dp_sgd`` method (``plugins/graphveil/plugins/standard/methods.py``) is the plan of a run config's
@@ -21,16 +21,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from graphveil.components import NoParams
-from graphveil.errors import ConfigError
-from graphveil.mechanisms import Mechanism
-
-if TYPE_CHECKING:
-    from graphveil.config import RunConfig
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.mechanism import Mechanism
+from graphveil.contract.options import NoParams
 
 
 @dataclass(frozen=True)
@@ -149,6 +146,7 @@ class Method(ABC):
         self.params = params if params is not None else self.Params()
 
     @abstractmethod
-    def plan(self, config: RunConfig, mechanisms: Sequence[tuple[str, Mechanism]]) -> Plan:
-        """The stages of this run. ``mechanisms`` are the run config's ``mechanisms`` section,
-        built by the host (name, instance), for methods that place them."""
+    def plan(self, config: Any, mechanisms: Sequence[tuple[str, Mechanism]]) -> Plan:
+        """The stages of this run. ``config`` is the run's :class:`graphveil.run.config.RunConfig`
+        (the contract does not import the run layer); ``mechanisms`` are the run config's
+        ``mechanisms`` section, built by the host (name, instance), for methods that place them."""

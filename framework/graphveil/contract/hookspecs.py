@@ -3,12 +3,12 @@
 A plugin is a module or object with functions marked ``@hookimpl``; only marked functions are
 hooks (an unmarked ``graphveil_clippers`` is an ordinary function and provides nothing). A
 plugin is found through the entry-point group ``graphveil`` (the built-ins use it too) or
-registered directly with :meth:`graphveil.host.PluginHost.register`, which refuses an
+registered directly with :meth:`graphveil.contract.host.PluginHost.register`, which refuses an
 implementation whose name matches no spec below.
 
 The specs are grouped by phase, like pytest's ``hookspec.py``: the component families are
 called once per plugin at registration; the lifecycle hooks are called while a run goes and
-receive read-only views (:func:`graphveil.host.read_only`); the application hook adds
+receive read-only views (:func:`graphveil.contract.host.read_only`); the application hook adds
 subcommands to the ``graphveil`` command line (the Flower connector adds ``fed``). None of them is ``firstresult``;
 a ``firstresult`` spec added later must say "Stops at first non-None result" in its docstring.
 """
@@ -39,12 +39,12 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def graphveil_samplers() -> Mapping[str, Any]:
     """Name the sampler factories this plugin provides.
 
-    Each factory is a subclass of :class:`graphveil.components.Sampler` (or a callable
+    Each factory is a subclass of :class:`graphveil.contract.sampler.Sampler` (or a callable
     returning one) with a ``Params`` model. It must declare its *sampling profile* at class
-    level: ``sampling_kind`` (a :class:`graphveil.profiles.SamplingKind`, the distribution its
+    level: ``sampling_kind`` (a :class:`graphveil.contract.profiles.SamplingKind`, the distribution its
     batches are drawn from exactly as the accountant will assume it: name the sampler after
-    it) and ``unit`` (the :class:`graphveil.profiles.PrivacyUnit` it samples for). Its
-    ``prepare`` returns the numeric :class:`graphveil.profiles.SamplingProfile`.
+    it) and ``unit`` (the :class:`graphveil.contract.profiles.PrivacyUnit` it samples for). Its
+    ``prepare`` returns the numeric :class:`graphveil.contract.profiles.SamplingProfile`.
 
     :returns: mapping of component name → factory, e.g. ``{"entity_poisson_wor": PoissonWORSampler}``.
     """
@@ -54,9 +54,9 @@ def graphveil_samplers() -> Mapping[str, Any]:
 def graphveil_clippers() -> Mapping[str, Any]:
     """Name the clipper factories this plugin provides.
 
-    Each factory is a subclass of :class:`graphveil.components.Clipper` with a ``Params``
+    Each factory is a subclass of :class:`graphveil.contract.clipper.Clipper` with a ``Params``
     model. It must declare its *sensitivity profile* at class level: ``sensitivity_kind`` (a
-    :class:`graphveil.profiles.SensitivityKind`: how much the clipped sum can move when one
+    :class:`graphveil.contract.profiles.SensitivityKind`: how much the clipped sum can move when one
     privacy unit changes, in units of ``clip_norm``) and ``unit`` (the privacy unit that
     sensitivity is with respect to).
 
@@ -68,10 +68,10 @@ def graphveil_clippers() -> Mapping[str, Any]:
 def graphveil_accountants() -> Mapping[str, Any]:
     """Name the accountant factories this plugin provides.
 
-    Each factory is a subclass of :class:`graphveil.components.Accountant` with a ``Params``
+    Each factory is a subclass of :class:`graphveil.contract.accountant.Accountant` with a ``Params``
     model. It must declare ``mechanism`` (its name in a saved state), ``unit`` and
-    ``supports``: exactly the (:class:`~graphveil.profiles.SamplingKind`,
-    :class:`~graphveil.profiles.SensitivityKind`) pairs it can analyse. A run whose sampler and
+    ``supports``: exactly the (:class:`~graphveil.contract.profiles.SamplingKind`,
+    :class:`~graphveil.contract.profiles.SensitivityKind`) pairs it can analyse. A run whose sampler and
     clipper form any other pair is refused before data is read.
 
     :returns: mapping of component name → factory, e.g. ``{"coupled_rdp_freq": CoupledRdpFreqAccountant}``.
@@ -82,7 +82,7 @@ def graphveil_accountants() -> Mapping[str, Any]:
 def graphveil_encoders() -> Mapping[str, Any]:
     """Name the encoder factories this plugin provides.
 
-    Each factory is a subclass of :class:`graphveil.components.Encoder` with a ``Params``
+    Each factory is a subclass of :class:`graphveil.contract.model.Encoder` with a ``Params``
     model. An encoder declares no privacy profile, but its ``embed`` must keep entities apart
     along dimension 0 (no batch norm) so per-tuple gradients are what the clipper sees.
 
@@ -94,8 +94,8 @@ def graphveil_encoders() -> Mapping[str, Any]:
 def graphveil_models() -> Mapping[str, Any]:
     """Name the model factories this plugin provides (models called on a task's batches).
 
-    Each factory is a subclass of :class:`graphveil.components.Model` with a ``Params`` model
-    and a class-level ``structure`` (:class:`graphveil.components.ExampleStructure`): how its
+    Each factory is a subclass of :class:`graphveil.contract.model.Model` with a ``Params`` model
+    and a class-level ``structure`` (:class:`graphveil.contract.profiles.ExampleStructure`): how its
     forward keeps examples apart. A ``whole_graph`` model is refused for DP-SGD before data is read.
 
     :returns: mapping of component name → factory, e.g. ``{"mlp": MLP}``.
@@ -106,7 +106,7 @@ def graphveil_models() -> Mapping[str, Any]:
 def graphveil_tasks() -> Mapping[str, Any]:
     """Name the task factories this plugin provides.
 
-    Each factory is a subclass of :class:`graphveil.tasks.Task`: it splits the data, gives
+    Each factory is a subclass of :class:`graphveil.contract.task.Task`: it splits the data, gives
     per-example losses for a batch and evaluates the released model.
 
     :returns: mapping of component name → factory, e.g. ``{"node_classification": NodeClassification}``.
@@ -117,7 +117,7 @@ def graphveil_tasks() -> Mapping[str, Any]:
 def graphveil_mechanisms() -> Mapping[str, Any]:
     """Name the one-shot mechanism factories this plugin provides.
 
-    Each factory is a subclass of :class:`graphveil.mechanisms.Mechanism` declaring ``unit``;
+    Each factory is a subclass of :class:`graphveil.contract.mechanism.Mechanism` declaring ``unit``;
     it releases once and reports a ``dp_accounting`` event the run's accountant composes.
 
     :returns: mapping of component name → factory, e.g. ``{"gaussian_output": GaussianOutput}``.
@@ -128,7 +128,7 @@ def graphveil_mechanisms() -> Mapping[str, Any]:
 def graphveil_methods() -> Mapping[str, Any]:
     """Name the method factories this plugin provides (``method`` in a run config).
 
-    Each factory is a subclass of :class:`graphveil.methods.Method`: it returns the run's staged
+    Each factory is a subclass of :class:`graphveil.contract.method.Method`: it returns the run's staged
     plan (releases, DP-SGD training, post-processing), run against one accountant and budget.
 
     :returns: mapping of component name → factory, e.g. ``{"dp_sgd": DpSgd}``.
@@ -139,7 +139,7 @@ def graphveil_methods() -> Mapping[str, Any]:
 def graphveil_data_sources() -> Mapping[str, Any]:
     """Name the data-source factories this plugin provides (``data.source`` in a run config).
 
-    Each factory is a subclass of :class:`graphveil.data.sources.DataSource` with a ``Params``
+    Each factory is a subclass of :class:`graphveil.contract.data_source.DataSource` with a ``Params``
     model (its options sit next to ``source`` in the ``data`` section) and a ``load`` method.
 
     :returns: mapping of component name → factory, e.g. ``{"planetoid": PlanetoidSource}``.
@@ -182,7 +182,7 @@ def graphveil_run_end(run_dir: Path | None, report: Mapping[str, Any]) -> None:
 
     :param run_dir: the final output directory (it appears under this name once the run
         commits; its files are complete, under
-        :meth:`graphveil.outputs.RunDirectory.staging_path`), or ``None`` for a session
+        :meth:`graphveil.run.outputs.RunDirectory.staging_path`), or ``None`` for a session
         without one (a federated site's round: ``report`` then names ``site`` and ``server_round``).
     :param report: read-only view of the privacy report (as in ``privacy.json``) merged with
         the final evaluation metrics.
@@ -205,7 +205,7 @@ def graphveil_add_commands(subparsers: Any) -> None:
     Called once, after the built-in commands are added and before the arguments are parsed.
     Each added parser sets ``func`` via ``set_defaults(func=...)``: a callable taking the parsed
     :class:`argparse.Namespace` and returning the exit code (``None`` means 0). A
-    :class:`graphveil.errors.GraphVeilError` it raises is printed on one line and exits with
+    :class:`graphveil.contract.errors.GraphVeilError` it raises is printed on one line and exits with
     code 2, like the built-in commands. A name another plugin (or a built-in) already uses is
     an error naming the plugins that add commands. Import heavy modules inside ``func`` or
     inside this hook, not at plugin import: every host loads the plugin.

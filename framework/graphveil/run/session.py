@@ -8,8 +8,8 @@ plan and check the invariant (:meth:`assemble`, no data touched) → load the da
 split it, preprocess the training side, bind the accountant, calibrate one σ for the whole plan,
 run the stages before training (:meth:`prepare`) → steps (:meth:`train`) → the stages after
 training and the task's evaluation on the held-out side (:meth:`evaluate`). What is specific to
-relational tuples or node classification lives in the task (:mod:`graphveil.tasks`), the order
-of releases and training in the method (:mod:`graphveil.methods`).
+relational tuples or node classification lives in the task (:mod:`graphveil.contract.task`), the order
+of releases and training in the method (:mod:`graphveil.contract.method`).
 """
 
 from __future__ import annotations
@@ -23,21 +23,24 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from graphveil.components import Accountant, Clipper, Model, Sampler
-from graphveil.config import RunConfig
+from graphveil.contract.accountant import Accountant
+from graphveil.contract.clipper import Clipper
+from graphveil.contract.errors import ConfigError, PluginError
+from graphveil.contract.host import PluginHost, default_host, read_only
+from graphveil.contract.invariant import check_run, check_structure, check_units
+from graphveil.contract.method import MODEL_KEY, Plan, PostProcess, Release, Stage
+from graphveil.contract.model import Model
+from graphveil.contract.sampler import Sampler
+from graphveil.contract.task import Task
+from graphveil.contract.units import PrivacyUnit
 from graphveil.data import RelationalGraph
-from graphveil.errors import ConfigError, PluginError
-from graphveil.host import PluginHost, default_host, read_only
-from graphveil.invariant import check_run, check_structure, check_units
-from graphveil.methods import MODEL_KEY, Plan, PostProcess, Release, Stage
 from graphveil.privacy.delta import DEFAULT_DELTA_RULE, default_delta, delta_warning
-from graphveil.records_store import RecordsStore, records_key
-from graphveil.tasks import Task
-from graphveil.units import PrivacyUnit
+from graphveil.run.config import RunConfig
+from graphveil.run.records_store import RecordsStore, records_key
 
 if TYPE_CHECKING:
     from graphveil.engine.noise import GaussianNoise
-    from graphveil.prepared_cache import PreparedCache
+    from graphveil.run.prepared_cache import PreparedCache
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +53,10 @@ class TrainingSession:
     :param graph: the whole graph to split; ``None`` loads ``config.data``.
     :param records_store: where the sampler's randomized preprocessing (the degree-capped Ē)
         is kept per (training graph, sampler, options), so it is drawn once and reused by every
-        later run or round (:mod:`graphveil.records_store`); ``None``: computed per session.
+        later run or round (:mod:`graphveil.run.records_store`); ``None``: computed per session.
     :param prepared_cache: a folder where the encoder keeps deterministic, data-derived set-up
         (a LoRA encoder's frozen-layer states) across processes, e.g. a federated site's rounds
-        (:mod:`graphveil.prepared_cache`); handed to an encoder with a ``prepared_cache``
+        (:mod:`graphveil.run.prepared_cache`); handed to an encoder with a ``prepared_cache``
         attribute, ignored by others. ``None``: computed per process.
 
     Randomness: :attr:`generator` is the SAMPLING generator only (batches, negatives, degree
@@ -101,6 +104,9 @@ class TrainingSession:
     def assemble(self) -> None:
         """Build every component from the config and refuse mismatched pieces before data is read."""
         cfg = self.config
+        from graphveil.data.loaders import resolve_data_options
+
+        resolve_data_options(cfg.data, self.host)  # options are checked once, here, with the run's host
         self.sampler = self.host.create("sampler", cfg.sampler.name, cfg.sampler.params, where="sampler")
         self.clipper = self.host.create("clipper", cfg.clipper.name, cfg.clipper.params, where="clipper")
         self.accountant = self.host.create(
@@ -131,7 +137,7 @@ class TrainingSession:
         method = self.host.create("method", cfg.method.name, cfg.method.params, where="method")
         plan = method.plan(cfg, list(self.mechanisms))
         if not isinstance(plan, Plan):
-            raise PluginError(f"method {cfg.method.name!r} returned {type(plan).__name__}, not a graphveil.methods.Plan")
+            raise PluginError(f"method {cfg.method.name!r} returned {type(plan).__name__}, not a graphveil.contract.method.Plan")
         self.plan = plan
         if self.trains_privately:
             check_structure(cfg.network.name, self.encoder, (cfg.accountant.name, self.accountant))
@@ -205,7 +211,7 @@ class TrainingSession:
         one σ for the whole plan, and hand that σ to the calibrated releases.
 
         ``task``: the run's task once :meth:`Task.setup` has split the data (default), or a
-        stand-in that holds only public sizes (:class:`graphveil.planning.PublicTask`):
+        stand-in that holds only public sizes (:class:`graphveil.run.planning.PublicTask`):
         ``graphveil privacy --config/--method`` computes a planned run's σ and ε by this same code.
         """
         cfg = self.config

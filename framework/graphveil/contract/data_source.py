@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
-from graphveil.components import NoParams
-from graphveil.errors import ConfigError
-
-if TYPE_CHECKING:
-    from graphveil.host import PluginHost
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.options import NoParams
 
 #: Keys of the ``data`` section that are not a source's options.
 COMMON_KEYS = ("source", "split", "max_entities")
@@ -36,11 +33,11 @@ class DataSource(ABC):
     @abstractmethod
     def load(self) -> Any:
         """Read and validate the dataset (a :class:`~graphveil.data.RelationalGraph` or
-        :class:`~graphveil.data.node_graph.NodeGraph`); raise :class:`~graphveil.errors.DataError`
+        :class:`~graphveil.data.node_graph.NodeGraph`); raise :class:`~graphveil.contract.errors.DataError`
         naming the file and the problem."""
 
 
-def check_source_options(host: PluginHost, name: str, options: Mapping[str, Any], *,
+def check_source_options(host: Any, name: str, options: Mapping[str, Any], *,
                          section: str = "data") -> BaseModel:
     """Validate ``options`` against data source ``name``'s ``Params``.
 
@@ -49,6 +46,8 @@ def check_source_options(host: PluginHost, name: str, options: Mapping[str, Any]
     'edge_list' (source is 'citeseer')``, ``data.id_col: <problem> (got <value>)``; a
     ``Params`` model validator's own message is kept as it is (it names the keys itself).
 
+    :param host: the run's plugin host (anything whose ``components("data_source")`` lists the
+        registered sources).
     :param section: the config section the keys sit in (``data.split.eval_data`` for graph B
         of a two-graph split).
     :raises ConfigError: on an unknown source or a bad option.
@@ -67,7 +66,9 @@ def check_source_options(host: PluginHost, name: str, options: Mapping[str, Any]
 
 def _option_error(exc: ValidationError, name: str, model: type[BaseModel], infos: list[Any],
                   section: str = "data") -> str:
-    from graphveil.config import format_validation_error  # config validates through this module
+    from graphveil.contract.options import (
+        format_validation_error,  # config validates through this module
+    )
 
     first = exc.errors()[0]
     loc = first["loc"]

@@ -1,21 +1,53 @@
-"""Per-tuple clipping shared by every clipper: factorᵢ = min(1, thresholdᵢ / ‖g(Tᵢ)‖).
+"""The clipper family: turns per-example gradient norms into scale factors with a declared
+sensitivity, and the per-tuple clipping every built-in clipper shares.
 
-A clipper only decides the per-tuple thresholds (a constant C for standard clipping, a
-batch-dependent C/(2·max-freq(Tᵢ)) for FREQ-CLIP, paper 1 Alg. 1); :func:`per_tuple_factors`
-turns thresholds and norms into scale factors, and :class:`ThresholdClipper` wires the two
-into the :class:`~graphveil.components.Clipper` interface.
+factorᵢ = min(1, thresholdᵢ / ‖g(Tᵢ)‖): a clipper only decides the per-tuple thresholds (a
+constant C for standard clipping, a batch-dependent C/(2·max-freq(Tᵢ)) for FREQ-CLIP, paper 1
+Alg. 1); :func:`per_tuple_factors` turns thresholds and norms into scale factors, and
+:class:`ThresholdClipper` wires the two into the :class:`Clipper` interface.
 """
 
 from __future__ import annotations
 
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphveil.components import Clipper, TupleBatch
-from graphveil.errors import GraphVeilError
+from graphveil.contract.errors import GraphVeilError
+from graphveil.contract.options import NoParams
+from graphveil.contract.profiles import SamplingProfile, SensitivityKind, SensitivityProfile
+from graphveil.contract.sampler import TupleBatch
+from graphveil.contract.units import ClaimsUnit
+
+
+class Clipper(ClaimsUnit, ABC):
+    """Turns per-tuple gradient norms into per-tuple scale factors in (0, 1].
+
+    The clipped sum Σᵢ factorᵢ·g(Tᵢ) must have the declared sensitivity with respect to the
+    privacy unit, with noise N(0, σ²C²) added on top by the engine.
+    """
+
+    Params: ClassVar[type[BaseModel]] = NoParams
+    sensitivity_kind: ClassVar[SensitivityKind]
+    clip_norm: float
+
+    def bind(self, sampling: SamplingProfile) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Attach the sampling profile of this run (default: nothing to do).
+
+        Called once by the session after the sampler has prepared the graph and before the
+        accountant is bound, so a clipper whose sensitivity depends on the sampling (e.g. on
+        the degree cap K and k_neg) can calibrate itself; raise if the profile is unusable.
+        """
+
+    @abstractmethod
+    def factors(self, batch: TupleBatch, norms: torch.Tensor) -> torch.Tensor:
+        """Per-tuple scale factors (shape ``(b,)``) given per-tuple gradient norms."""
+
+    @property
+    def profile(self) -> SensitivityProfile:
+        return SensitivityProfile(self.sensitivity_kind, self.unit, float(self.clip_norm))
 
 
 def per_tuple_factors(norms: torch.Tensor, thresholds: torch.Tensor | float) -> torch.Tensor:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
-from graphveil.components import NoParams
-from graphveil.units import PrivacyUnit
+from graphveil.contract.options import NoParams
+from graphveil.contract.units import PrivacyUnit
 
 if TYPE_CHECKING:  # dp_accounting is imported where events are built: it costs seconds at start-up
     import dp_accounting

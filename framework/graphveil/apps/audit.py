@@ -60,17 +60,18 @@ from typing import Any
 
 import torch
 
-from graphveil.components import Encoder, TupleBatch
-from graphveil.config import RunConfig
+from graphveil.contract.errors import ConfigError, DataError
+from graphveil.contract.host import PluginHost, default_host
+from graphveil.contract.model import Encoder
+from graphveil.contract.sampler import TupleBatch
+from graphveil.contract.units import Adjacency, PrivacyUnit, UnitKind
 from graphveil.data.graph import RelationalGraph
 from graphveil.data.split import split_key, split_position
 from graphveil.engine.dp_step import LossSpec, batch_losses
-from graphveil.errors import ConfigError, DataError
-from graphveil.host import PluginHost, default_host
-from graphveil.outputs import RunDirectory
 from graphveil.privacy.one_run_audit import all_correct_bound, epsilon_lower_bound
-from graphveil.session import TrainingSession
-from graphveil.units import Adjacency, PrivacyUnit, UnitKind
+from graphveil.run.config import RunConfig
+from graphveil.run.outputs import RunDirectory
+from graphveil.run.session import TrainingSession
 
 #: Default number of canaries.
 DEFAULT_CANARIES = 100

@@ -22,7 +22,7 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from graphveil.errors import GraphVeilError
+from graphveil.contract.errors import GraphVeilError
 
 KEY_BYTES = 32
 _MAGIC = b"graphveil-site-key-v1\n"

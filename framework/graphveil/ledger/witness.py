@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from graphveil.errors import GraphVeilError
+from graphveil.contract.errors import GraphVeilError
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

@@ -13,12 +13,12 @@ from typing import Any
 import torch
 import yaml
 
-from graphveil.config import RunConfig, config_from_dict
-from graphveil.errors import ConfigError
-from graphveil.host import PluginHost, default_host, read_only
-from graphveil.outputs import RunDirectory, dumps, format_table
-from graphveil.records_store import RecordsStore
-from graphveil.session import TrainingSession
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.host import PluginHost, default_host, read_only
+from graphveil.run.config import RunConfig, config_from_dict
+from graphveil.run.outputs import RunDirectory, dumps, format_table
+from graphveil.run.records_store import RecordsStore
+from graphveil.run.session import TrainingSession
 
 TAIL_COLUMNS = [
     ("epsilon", "ε spent", ".3f"), ("noise_multiplier", "σ", ".3f"), ("steps", "steps", "d"),

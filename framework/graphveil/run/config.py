@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -25,7 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from graphveil.errors import ConfigError
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.options import format_validation_error
 
 
 def _positive_finite(v: float) -> float:
@@ -112,17 +113,15 @@ class SplitConfig(_Strict):
 class DataConfig(BaseModel):
     """``{source: <data source>, <option>: <value>, ..., split: {...}, max_entities: N}``
 
-    The source's own options sit next to ``source`` (like a component section's) and are
-    validated against its ``Params`` model here, when the source is installed (the default
-    plugin host), and again against the run's host when the run is assembled
-    (:func:`graphveil.data.loaders.create_data_source`), before any data is read. Once
-    validated, the extra keys hold the source's full option set, typed and with defaults filled
-    in (``cfg.data.path`` is a ``Path``; the resolved config shows every option).
+    The source's own options sit next to ``source`` (like a component section's). The config
+    checks only their shape; they are validated once, against the run's host, when the run is
+    assembled (:func:`graphveil.data.loaders.resolve_data_options`), before any data is read.
+    Once resolved, the extra keys hold the source's full option set, typed and with defaults
+    filled in (``cfg.data.path`` is a ``Path``; the resolved config shows every option).
     """
 
     # A refused option (a database URL holding a password) is never echoed by pydantic's own text.
     model_config = ConfigDict(extra="allow", hide_input_in_errors=True)
-    _loading_host: ClassVar[bool] = False
 
     source: str = Field("citeseer", description=(
         "Registered data source (see `graphveil plugins`); built in: citeseer (the CiteSeer text graph "
@@ -140,27 +139,6 @@ class DataConfig(BaseModel):
     def params(self) -> dict[str, Any]:
         """The source's options (every key but source, split, max_entities and classes)."""
         return dict(self.model_extra or {})
-
-    @model_validator(mode="after")
-    def _source_options(self) -> DataConfig:
-        from graphveil.data.sources import check_source_options
-        from graphveil.host import default_host
-
-        if DataConfig._loading_host:  # a plugin validating a config while the host loads it
-            return self
-        DataConfig._loading_host = True
-        try:
-            host = default_host()
-        finally:
-            DataConfig._loading_host = False
-        if self.source not in {c.name for c in host.components("data_source")}:
-            return self  # maybe registered on the run's own host: checked when the run is assembled
-        try:
-            options = check_source_options(host, self.source, self.params)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from exc
-        object.__setattr__(self, "__pydantic_extra__", options.model_dump(by_alias=True))
-        return self
 
 
 class TrainingConfig(_Strict):
@@ -250,14 +228,14 @@ class PrivacyConfig(_Strict):
     def _unit(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        from graphveil.units import PrivacyUnit
+        from graphveil.contract.units import PrivacyUnit
 
         return PrivacyUnit.parse(v).value  # ValueError names the part not understood
 
     @property
     def privacy_unit(self) -> Any:
-        """``unit`` as a :class:`~graphveil.units.PrivacyUnit` (None when not given)."""
-        from graphveil.units import PrivacyUnit
+        """``unit`` as a :class:`~graphveil.contract.units.PrivacyUnit` (None when not given)."""
+        from graphveil.contract.units import PrivacyUnit
 
         return None if self.unit is None else PrivacyUnit.parse(self.unit)
 
@@ -377,7 +355,7 @@ class RunConfig(_Strict):
     encoder: ComponentConfig | None = Field(None, description="Entity encoder (relational task).")
     model: ComponentConfig | None = Field(None, description="Model called on the batches (node_classification and other tasks).")
     method: ComponentConfig = Field(default_factory=lambda: ComponentConfig(name="dp_sgd"), description=(
-        "The staged plan of the run (graphveil.methods): dp_sgd (default) runs the mechanisms "
+        "The staged plan of the run (graphveil.contract.method): dp_sgd (default) runs the mechanisms "
         "section, then trains; a method plugin may release, train and post-process in any order."))
     mechanisms: list[ComponentConfig] = Field(default_factory=list, description=(
         "One-shot releases run before training, in order (e.g. a noisy feature release); each is "
@@ -451,35 +429,6 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         except ValueError as exc:
             raise ConfigError(f"--set {text!r}: {exc}") from exc
     return raw
-
-
-def format_validation_error(source: str, exc: ValidationError, *, model: type[BaseModel] | None = None,
-                            known: Iterable[str] | None = None, noun: str = "field", sep: str = ": ") -> str:
-    """The first error of ``exc`` as one line naming the source, the field and the bad value.
-
-    The one formatter of pydantic errors (run configs, component options, node and run configs
-    of the Flower connector).
-
-    :param model: the validated model; a field is then named by its alias (``epsilon-budget``).
-    :param known: names to list when the error is an unknown key (``extra="forbid"``).
-    :param noun: "field" or "key", in "required … is missing".
-    :param sep: between ``source`` and the field (": " or "." for component options).
-    """
-    first = exc.errors()[0]
-    loc = [str(p) for p in first["loc"]]
-    if model is not None and loc and first["type"] != "extra_forbidden":  # an unknown key is named as given
-        info = model.model_fields.get(loc[0])
-        if info is not None and info.alias:
-            loc[0] = info.alias
-    field = ".".join(loc) or "(top level)"
-    msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden" and known is not None:
-        return f"{source}: unknown {noun} {field!r} (known: {', '.join(known)})"
-    if first["type"] == "missing":
-        return f"{source}{sep}{field}: required {noun} is missing"
-    if isinstance(first.get("input"), Mapping):  # a whole section: the message names the field
-        return f"{source}{sep}{field}: {msg}"
-    return f"{source}{sep}{field}: {msg} (got {first.get('input')!r})"
 
 
 def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> RunConfig:

@@ -19,8 +19,9 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import torch
 from pydantic import BaseModel
 
-from graphveil.components import Model, NoParams
-from graphveil.units import PrivacyUnit
+from graphveil.contract.model import Model
+from graphveil.contract.options import NoParams
+from graphveil.contract.units import PrivacyUnit
 
 
 @runtime_checkable
@@ -111,7 +112,7 @@ class Task(ABC):
 
     @abstractmethod
     def setup(self, data: Any, split: Any) -> None:
-        """Split the loaded dataset (``split``: the run's :class:`~graphveil.config.SplitConfig`)."""
+        """Split the loaded dataset (``split``: the run's :class:`~graphveil.run.config.SplitConfig`)."""
 
     @property
     @abstractmethod

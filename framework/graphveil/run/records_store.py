@@ -10,7 +10,7 @@ under :func:`records_key` and saves it after computing it the first time.
 Stored records are an ``(m, 2)`` int64 tensor of entity indices *of the training graph* (the
 order of ``graph.entity_ids``, which is part of the key). A sampler that takes stored records
 validates them against the graph (every record an edge of the graph, no duplicates, degree
-≤ K) and raises :class:`~graphveil.errors.PrivacyError` otherwise.
+≤ K) and raises :class:`~graphveil.contract.errors.PrivacyError` otherwise.
 
 Implementations: :class:`MemoryRecordsStore` (tests, one process), :class:`FileRecordsStore`
 (a folder of ``.pt`` files for local runs); the site's SQLite privacy ledger implements the
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import torch
 
 if TYPE_CHECKING:
+    from graphveil.contract.profiles import SamplingProfile
     from graphveil.data.graph import RelationalGraph
-    from graphveil.profiles import SamplingProfile
 
 
 @runtime_checkable

@@ -3,8 +3,8 @@
 A DP claim is only as good as the match between what the code does and what the accountant
 assumes (DESIGN.md, "The invariant"). Every sampler declares a :class:`SamplingKind`, every
 clipper a :class:`SensitivityKind`, and every accountant the set of ``(sampling, sensitivity)``
-pairs it can analyse; :mod:`graphveil.invariant` refuses any other pair before data is read.
-The privacy unit is a value of its own (:mod:`graphveil.units`).
+pairs it can analyse; :mod:`graphveil.contract.invariant` refuses any other pair before data is read.
+The privacy unit is a value of its own (:mod:`graphveil.contract.units`).
 
 Once the graph is loaded, the sampler also reports a numeric :class:`SamplingProfile`
 (γ, m, n, K, k_neg) that the accountant consumes; names state the assumed distribution.
@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from graphveil.units import PrivacyUnit
+from graphveil.contract.units import PrivacyUnit
 
-__all__ = ["PrivacyUnit", "SamplingKind", "SamplingProfile", "SensitivityKind", "SensitivityProfile"]
+__all__ = ["ExampleStructure", "PrivacyUnit", "SamplingKind", "SamplingProfile", "SensitivityKind",
+           "SensitivityProfile"]
 
 
 class SamplingKind(StrEnum):
@@ -90,3 +91,20 @@ class SensitivityProfile:
     kind: SensitivityKind
     unit: PrivacyUnit
     clip_norm: float
+
+
+class ExampleStructure(StrEnum):
+    """How a model's forward keeps examples apart, so the engine can pick a per-example gradient.
+
+    Declared at class level (``structure``) and read by the invariant check before data is read.
+    """
+
+    #: Each example owns its rows along dim 0 of every activation (MLP on node features, a text
+    #: encoder over entity sequences): per-example gradients from one backward pass.
+    ROWS = "rows"
+    #: Each example is a root node with its own sampled computation subgraph (PyG ``Batch``).
+    ROOT_SUBGRAPHS = "root_subgraphs"
+    #: Examples are disjoint connected components (paper 3's graph splits, a PyG ``Batch``).
+    COMPONENTS = "components"
+    #: The forward mixes every node of one graph (full-graph GCN): no per-example gradient exists.
+    WHOLE_GRAPH = "whole_graph"

@@ -2,10 +2,10 @@
 
 ``graphveil privacy epsilon|calibrate --config RUN.yaml --nodes N`` (or ``--method NAME``)
 accounts a run before any data exists at the accountant's side. It builds the run exactly as
-``graphveil run`` does — :meth:`TrainingSession.assemble <graphveil.session.TrainingSession.assemble>`
+``graphveil run`` does — :meth:`TrainingSession.assemble <graphveil.run.session.TrainingSession.assemble>`
 (same host, same ``method.plan()``, same sampler, clipper, accountant and model, same
 ``check_run`` / ``check_units`` / ``check_structure`` refusals) — and then runs
-:meth:`TrainingSession.bind_accounting <graphveil.session.TrainingSession.bind_accounting>`, the
+:meth:`TrainingSession.bind_accounting <graphveil.run.session.TrainingSession.bind_accounting>`, the
 session's own step between splitting the data and the first release (the releases' ``bind``, the
 sampler's ``prepare``, the planned steps, the clipper and accountant ``bind``, δ, σ calibration),
 with a :class:`PublicTask` in place of the split data.
@@ -23,7 +23,7 @@ Every other attribute is looked up on the real task: its options and class-level
 and its methods and properties, which then run on the stand-ins above (``train_view``,
 ``num_units``, …) — so the number the sampler prepares on and the n of δ's default rule come from
 the task's own code. Anything a component reads beyond these public numbers (features, labels,
-edges) raises :class:`NotPublicError`, a one-line :class:`~graphveil.errors.ConfigError` naming
+edges) raises :class:`NotPublicError`, a one-line :class:`~graphveil.contract.errors.ConfigError` naming
 what was read: such a run cannot be accounted without its data.
 
 The account itself (:func:`planned_account`) composes on the bound accountant what the run will:
@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from graphveil.errors import ConfigError
-from graphveil.methods import Release, Train
+from graphveil.contract.errors import ConfigError
+from graphveil.contract.method import Release, Train
 
 if TYPE_CHECKING:
-    from graphveil.config import RunConfig
-    from graphveil.host import PluginHost
+    from graphveil.contract.host import PluginHost
+    from graphveil.run.config import RunConfig
 
 
 class NotPublicError(ConfigError):
@@ -200,7 +200,7 @@ def planned_account(config: RunConfig, sizes: PublicSizes, *, host: PluginHost |
     :raises GraphVeilError: on any refusal of the run (mismatched components, a unit the method
         does not accept, a target no σ meets) or on data the run would read beyond public sizes.
     """
-    from graphveil.session import TrainingSession
+    from graphveil.run.session import TrainingSession
 
     if not config.privacy.enabled:
         raise ConfigError("privacy.enabled is false: a non-private run makes no claim, so there is no ε to account")

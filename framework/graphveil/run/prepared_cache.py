@@ -1,6 +1,6 @@
 """An on-disk cache of prepared, data-derived pieces of a session (a federated site's rounds).
 
-A federated site builds a new :class:`~graphveil.session.TrainingSession` in a new process for
+A federated site builds a new :class:`~graphveil.run.session.TrainingSession` in a new process for
 every round. Most of that set-up is the same every round: the frozen lower layers of a LoRA
 encoder run over every entity text of the site's graph (~17 s for MiniLM on a third of
 CiteSeer, against ~22 s of DP steps; ``frozen_head``'s text embeddings likewise).
@@ -36,7 +36,7 @@ frozen states from here still reads the ledger first). Restoring an old copy of 
 
 Files are written atomically (a temporary file in the same folder, fsync, rename) with an
 HMAC-SHA256 of the key and payload in a header, under the site's secret key
-(:mod:`graphveil.site_key`, ``<ledger>.key`` beside the ledger, never in the cache folder); a
+(:mod:`graphveil.ledger.site_key`, ``<ledger>.key`` beside the ledger, never in the cache folder); a
 file that is truncated, corrupt, of another format, for another key, or written by anyone
 without the site key (tensors rewritten in place, the header recomputed as a plain SHA-256 or
 under another key) is refused before it is unpickled (logged, removed) and the piece is
@@ -63,7 +63,13 @@ from pathlib import Path
 
 import torch
 
-from graphveil.site_key import KEY_BYTES, SiteKeyError, key_path_for, keyed_digest, load_site_key
+from graphveil.ledger.site_key import (
+    KEY_BYTES,
+    SiteKeyError,
+    key_path_for,
+    keyed_digest,
+    load_site_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +85,7 @@ class PreparedCache:
     """A folder of ``<sha256(key)>.prepared`` files, each a mapping of named tensors.
 
     :param directory: the folder (created on the first save, mode ``0700``).
-    :param key: the site's secret key (:func:`graphveil.site_key.load_site_key`): files are
+    :param key: the site's secret key (:func:`graphveil.ledger.site_key.load_site_key`): files are
         signed with it and a file not signed with it is refused.
     :param keep: at most this many files are kept; the least recently used are removed.
     """
