@@ -87,7 +87,7 @@ def test_quick_uses_one_epoch_per_stage_where_the_stage_exists(tmp_path: Path) -
 
 
 def test_an_existing_output_folder_is_refused_before_anything_runs(tmp_path: Path, monkeypatch, capsys) -> None:
-    monkeypatch.setattr(demo, "run_training", lambda *a, **k: pytest.fail("a row ran"))
+    monkeypatch.setattr(comparison, "run_training", lambda *a, **k: pytest.fail("a row ran"))
     (tmp_path / "out").mkdir()
     assert main(["demo", "--task", "node", "--quick", "--output", str(tmp_path / "out")]) == 2
     assert "already exists" in capsys.readouterr().err
@@ -102,7 +102,7 @@ def test_a_failing_row_leaves_no_demo_folder(tmp_path: Path, monkeypatch) -> Non
             raise RuntimeError("row failed")
         return {"row": {"name": cfg.name, "test_accuracy": 0.5}, "table": "t\nrow", "session": None}
 
-    monkeypatch.setattr(demo, "run_training", fail_second)
+    monkeypatch.setattr(comparison, "run_training", fail_second)
     with pytest.raises(RuntimeError, match="row failed"):
         demo.run_demo(quick=True, output=tmp_path / "out", progress=False, task="node")
     assert len(calls) == 2 and list(tmp_path.iterdir()) == []

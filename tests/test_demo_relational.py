@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from graphveil.apps import demo
+from graphveil.apps import comparison, demo
 from graphveil.apps.cli import build_parser, main
 from graphveil.contract.errors import ConfigError
 
@@ -79,7 +79,7 @@ def test_a_bad_set_is_a_clear_error(overrides: list[str], message: str) -> None:
 
 
 def test_a_bad_set_exits_2_before_any_row_runs(tmp_path: Path, monkeypatch, capsys) -> None:
-    monkeypatch.setattr(demo, "run_training", lambda *a, **k: pytest.fail("a row ran"))
+    monkeypatch.setattr(comparison, "run_training", lambda *a, **k: pytest.fail("a row ran"))
     assert main(["demo", "--set", "encoder.nope=1", "--output", str(tmp_path / "out")]) == 2
     assert "nope" in capsys.readouterr().err and not (tmp_path / "out").exists()
     assert main(["demo", "--task", "node", "--set", "training.lr=1", "--output", str(tmp_path / "o")]) == 2

@@ -574,10 +574,15 @@ def resolve_data_options(data: DataConfig, host: PluginHost) -> None:
 
     :raises ConfigError: naming the ``data.*`` key, as :func:`create_data_source`.
     """
-    for section, part in (("data", data), ("data.split.eval_data", data.split.eval_data)):
-        if part is not None:
-            options = check_source_options(host, part.source, part.params, section=section)
-            object.__setattr__(part, "__pydantic_extra__", options.model_dump(by_alias=True))
+    resolve_source_options(data, host)
+    if data.split.eval_data is not None:
+        resolve_source_options(data.split.eval_data, host, section="data.split.eval_data")
+
+
+def resolve_source_options(part: DataConfig, host: PluginHost, *, section: str = "data") -> None:
+    """One data section's source options, checked and kept typed (see :func:`resolve_data_options`)."""
+    options = check_source_options(host, part.source, part.params, section=section)
+    object.__setattr__(part, "__pydantic_extra__", options.model_dump(by_alias=True))
 
 
 def _load_source(source: DataSource, data: DataConfig) -> RelationalGraph | NodeGraph:

@@ -110,14 +110,19 @@ class SplitConfig(_Strict):
         return self
 
 
+#: set while the installed plugins load (a plugin may validate a config as it is imported)
+_LOADING_PLUGINS = False
+
+
 class DataConfig(BaseModel):
     """``{source: <data source>, <option>: <value>, ..., split: {...}, max_entities: N}``
 
-    The source's own options sit next to ``source`` (like a component section's). The config
-    checks only their shape; they are validated once, against the run's host, when the run is
-    assembled (:func:`graphveil.data.loaders.resolve_data_options`), before any data is read.
-    Once resolved, the extra keys hold the source's full option set, typed and with defaults
-    filled in (``cfg.data.path`` is a ``Path``; the resolved config shows every option).
+    The source's own options sit next to ``source`` (like a component section's). They are
+    checked here against the installed sources (so an error names the file) and again, with the
+    run's own host, when the run is assembled
+    (:func:`graphveil.data.loaders.resolve_data_options`), before any data is read. Once
+    resolved, the extra keys hold the source's full option set, typed and with defaults filled
+    in (``cfg.data.path`` is a ``Path``; the resolved config shows every option).
     """
 
     # A refused option (a database URL holding a password) is never echoed by pydantic's own text.
@@ -139,6 +144,30 @@ class DataConfig(BaseModel):
     def params(self) -> dict[str, Any]:
         """The source's options (every key but source, split, max_entities and classes)."""
         return dict(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _installed_source_options(self) -> DataConfig:
+        """The options of a source the installed plugins provide, checked and typed here, so a bad
+        ``data.*`` option names the config file; a source only the run's own host registers is
+        checked when the run is assembled (which checks every source again, with that host)."""
+        from graphveil.contract.data_source import check_source_options
+        from graphveil.contract.host import default_host
+
+        global _LOADING_PLUGINS
+        if _LOADING_PLUGINS:  # a plugin validating a config while the installed plugins load
+            return self
+        _LOADING_PLUGINS = True
+        try:
+            host = default_host()
+        finally:
+            _LOADING_PLUGINS = False
+        if self.source in {c.name for c in host.components("data_source")}:
+            try:
+                options = check_source_options(host, self.source, self.params)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from exc
+            object.__setattr__(self, "__pydantic_extra__", options.model_dump(by_alias=True))
+        return self
 
 
 class TrainingConfig(_Strict):

@@ -106,7 +106,8 @@ class TrainingSession:
         cfg = self.config
         from graphveil.data.loaders import resolve_data_options
 
-        resolve_data_options(cfg.data, self.host)  # options are checked once, here, with the run's host
+        if self.graph is None:  # the run reads its data section: checked with the run's own host
+            resolve_data_options(cfg.data, self.host)
         self.sampler = self.host.create("sampler", cfg.sampler.name, cfg.sampler.params, where="sampler")
         self.clipper = self.host.create("clipper", cfg.clipper.name, cfg.clipper.params, where="clipper")
         self.accountant = self.host.create(
