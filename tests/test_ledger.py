@@ -546,7 +546,7 @@ def _v2_ledger(path: Path) -> tuple[float, int, str]:
     key file): two released rounds. Returns (ε spent, rows, head)."""
     import hashlib
 
-    from graphveil.ledger import _canonical, _normalize
+    from graphveil.ledger.chain import _canonical, _normalize
 
     with init_ledger(path) as ledger:
         _round(ledger, 10, 1.0, budget=20.0, site="a")

@@ -25,18 +25,10 @@ import numpy as np
 import pytest
 from test_ledger import DELTA, _round, edge
 
-from graphveil.ledger import (
-    LedgerError,
-    PrivacyLedger,
-    WitnessHead,
-    _canonical,
-    _epsilon,
-    _genesis,
-    _normalize,
-    _row_hash,
-    init_ledger,
-)
+from graphveil.ledger import LedgerError, PrivacyLedger, WitnessHead, init_ledger
+from graphveil.ledger.chain import _canonical, _genesis, _normalize, _row_hash
 from graphveil.ledger.site_key import key_path_for, load_site_key
+from graphveil.ledger.spend import _epsilon
 from graphveil.ledger.witness import Witness, WitnessError
 
 _FIELDS = ("id", "created", "kind", "ref", "site", "run", "round", "steps", "noise_multiplier", "delta",

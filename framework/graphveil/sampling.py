@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
@@ -158,15 +158,6 @@ class PoissonTupleSampler(Sampler):
 
     def _validate(self, num_records: int, num_nodes: int) -> None:
         """Extra checks on the prepared sizes (default: none)."""
-
-    def preprocessing_params(self) -> dict[str, Any] | None:
-        """Options of a randomized preprocessing whose outcome must be persisted (default: none).
-
-        ``None``: the records are a deterministic function of the graph (here: every edge).
-        A subclass that draws its records at random (degree capping) returns the options that
-        determine them, and the session then keeps them in its :class:`RecordsStore`.
-        """
-        return None
 
     def check_records(self, graph: RelationalGraph, records: torch.Tensor) -> torch.Tensor:
         """Validate stored records against ``graph``: ``(m, 2)`` integer entity indices, each an

@@ -857,20 +857,20 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "ledger-one-records", "one record set Ē per ledger (a second key is stored)",
-        (("framework/graphveil/ledger/__init__.py",
+        (("framework/graphveil/ledger/ledger.py",
           "            if scan.records:  # one ledger, one dataset, one Ē: a second would be another guarantee\n",
           "            if False:  # MUTANT\n"),),
     ),
     # issue 25, point 6: the ledger survives its own operator
     Mutant(
         "ledger-hmac", "the site key in the ledger's row hash (plain SHA-256: anyone can re-chain a rewrite)",
-        (("framework/graphveil/ledger/__init__.py",
+        (("framework/graphveil/ledger/chain.py",
           '    return keyed_digest(key, b"graphveil-ledger-row-v3", _canonical(_normalize(row)).encode())\n',
           "    return _sha(_canonical(_normalize(row)))  # MUTANT: the key dropped\n"),),
     ),
     Mutant(
         "ledger-anchor-implicit", "the refusal of a missing anchor on open (the anchor re-made on first use)",
-        (("framework/graphveil/ledger/__init__.py",
+        (("framework/graphveil/ledger/ledger.py",
           "            if self.anchor is not None and not self.anchor.exists():\n                raise LedgerError(\n",
           "            if self.anchor is not None and not self.anchor.exists():\n"
           "                self._write_anchor(create=True)  # MUTANT: anchored at the current head\n"
@@ -878,14 +878,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "ledger-verify-witnessed", "budget verify's check that the chain holds every witnessed (seq, head)",
-        (("framework/graphveil/ledger/__init__.py",
+        (("framework/graphveil/ledger/ledger.py",
           "            error = _witnessed_problem([self.genesis(), *scan.checkpoints], witnessed)\n",
           "            error = None  # MUTANT: witnessed heads ignored\n"),),
     ),
     Mutant(
         "ledger-seq-all-rows", "the witness sequence number counting checkpoint rows only (every row: "
         "the data-dependent raise/records rows reach the server)",
-        (("framework/graphveil/ledger/__init__.py",
+        (("framework/graphveil/ledger/entries.py",
           'CHECKPOINTS = ("release", "withhold", "refuse")\n',
           "CHECKPOINTS = KINDS  # MUTANT: every row is a checkpoint\n"),),
     ),

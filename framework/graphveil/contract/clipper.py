@@ -46,6 +46,12 @@ class Clipper(ClaimsUnit, ABC):
         """Per-tuple scale factors (shape ``(b,)``) given per-tuple gradient norms."""
 
     @property
+    def kappa(self) -> float | None:
+        """The factor on C each example is clipped to when it is not C itself (FREQ-CLIP clips at
+        C·κ so that its sum moves by at most C per unit), or ``None`` (default: clipped at C)."""
+        return None
+
+    @property
     def profile(self) -> SensitivityProfile:
         return SensitivityProfile(self.sensitivity_kind, self.unit, float(self.clip_norm))
 

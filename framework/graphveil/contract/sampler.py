@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from pydantic import BaseModel
@@ -82,6 +82,13 @@ class Sampler(ClaimsUnit, ABC):
     @abstractmethod
     def profile(self) -> SamplingProfile:
         """The profile returned by :meth:`prepare` (raises if not prepared)."""
+
+    def preprocessing_params(self) -> dict[str, Any] | None:
+        """The options of a randomized one-time preprocessing whose outcome must be kept (degree
+        capping's K: the session stores the record set once per graph and options,
+        :mod:`graphveil.run.records_store`), or ``None`` (default: the records are a function of
+        the graph alone)."""
+        return None
 
     def public_profile(self) -> SamplingProfile | None:
         """The numbers the accountant will analyse, known before any data is read (e.g. from a

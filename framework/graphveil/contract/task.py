@@ -107,6 +107,12 @@ class Task(ABC):
     #: names of the artifacts the run's plan releases before training (set before :meth:`configure`)
     planned_releases: tuple[str, ...] = ()
 
+    @property
+    def reads_release(self) -> bool:
+        """Whether training reads a release (the session then binds the sampler to it after the
+        release ran, and the training stage must be noiseless). Default: no."""
+        return False
+
     def configure(self, config: Any) -> None:  # noqa: B027 - optional hook, no-op by default
         """Read run-level options the task uses (e.g. the relational loss), before :meth:`setup`."""
 

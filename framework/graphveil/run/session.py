@@ -175,7 +175,7 @@ class TrainingSession:
         profile = self.sampling_profile
         log.info("sampling profile %s; sigma=%.4f delta=%.3g", profile, self.noise_multiplier, self.delta)
         self._run_stages(self.plan.before_training())
-        if getattr(self.task, "reads_release", False):
+        if self.task.reads_release:
             self._bind_sampler_to_release()
         if self.prepared_cache is not None and hasattr(self.encoder, "prepared_cache"):
             self.encoder.prepared_cache = self.prepared_cache
@@ -202,7 +202,7 @@ class TrainingSession:
         clip = float(self.clipper.clip_norm)
         std = self.noise_multiplier * clip / self.sampling_profile.expected_batch_size
         # FREQ-CLIP clips each tuple at C·κ (its sum over a unit has sensitivity C)
-        bound = clip * float(getattr(self.clipper, "kappa", None) or 1.0)
+        bound = clip * float(self.clipper.kappa or 1.0)
         return {"std_per_weight": std, "norm": std * math.sqrt(d), "trainable_weights": d,
                 "tuple_norm_bound": bound}
 
@@ -282,16 +282,16 @@ class TrainingSession:
     def _prepare_sampler(self, task: Any = None) -> Any:
         """``sampler.prepare`` on the training side, reusing a stored record set when there is one.
 
-        Only samplers with a randomized preprocessing (:class:`PreprocessingSampler` whose
-        ``preprocessing_params()`` is not ``None``, e.g. degree capping) use the store: the key
+        Only samplers with a randomized preprocessing (whose
+        :meth:`~graphveil.contract.sampler.Sampler.preprocessing_params` is not ``None``, e.g.
+        degree capping) use the store: the key
         is :func:`records_key` (training graph, sampler name, those options); a stored Ē is
         validated by the sampler (PrivacyError if it does not fit this graph), a new one saved.
         ``task``: whose ``train_view`` (default: the run's task).
         """
         view = (self.task if task is None else task).train_view
         sampler, store = self.sampler, self.records_store
-        hook = getattr(sampler, "preprocessing_params", None)  # PreprocessingSampler (optional API)
-        params = hook() if callable(hook) else None
+        params = sampler.preprocessing_params()
         self.records_key = None
         if store is None or params is None:
             return sampler.prepare(view, self.generator)
@@ -501,7 +501,7 @@ class TrainingSession:
             "noise_multiplier": self.noise_multiplier,
             "clip_norm": getattr(self.clipper, "clip_norm", None),
             # FREQ-CLIP clips at C·κ so that its sum has sensitivity C (entity_dp.clipping).
-            "clip_scale": getattr(self.clipper, "kappa", None),
+            "clip_scale": self.clipper.kappa,
             "steps": self.steps_done,
             "training": self._training_mode(),
             "delta": self.delta,
