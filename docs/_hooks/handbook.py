@@ -17,6 +17,9 @@ needs no edit of the handbook:
   per room of the core and per plugin or connector package, one section per public module;
 * ``changelog.md``, when the repository has a ``CHANGELOG.md``.
 
+After the build, every relative link of the README (the front door) is checked against the
+repository and the built pages.
+
 mkdocstrings reads the code statically (griffe), from a merged copy of the source roots: the one
 import namespace ``graphveil`` spans three folders, which a static loader cannot join by itself.
 Only the built-in plugins are loaded (third-party ones installed beside would otherwise appear
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import logging
 import os
 import re
 import shutil
@@ -44,6 +48,7 @@ from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
 REPO = Path(__file__).resolve().parents[2]
+log = logging.getLogger("mkdocs.plugins.graphveil_handbook")  # a warning fails --strict
 PACKAGE = "graphveil"
 API_DIR = "reference/api"
 #: the nav title under which the generated API pages are listed (mkdocs.yml: Reference > API)
@@ -197,6 +202,32 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     for uri, content in pages.items():
         files.append(File.generated(config, uri, content=content))
     return files
+
+
+def on_post_build(config: MkDocsConfig) -> None:
+    """The README is the handbook's front door: each of its relative links must name a file of
+    the repository (not a page that exists only once generated) and, for a handbook page, an
+    anchor the built page has. A broken one is a warning, so ``--strict`` fails on it."""
+    site = Path(config["site_dir"])
+    docs = Path(config["docs_dir"]).resolve()
+    for target in readme_links(REPO / "README.md"):
+        path, _, anchor = target.partition("#")
+        file = (REPO / path).resolve() if path else REPO / "README.md"
+        if not file.exists():
+            log.warning("README.md links to %r, which is not a file of the repository", target)
+            continue
+        if anchor and file.suffix == ".md" and file.is_relative_to(docs):
+            rel = file.relative_to(docs).with_suffix("")
+            built = site / (rel.parent if rel.name == "index" else rel) / "index.html"
+            html = built.read_text(encoding="utf-8") if built.is_file() else ""
+            if f'id="{anchor}"' not in html:
+                log.warning("README.md links to %r, but the built page has no anchor %r", target, anchor)
+
+
+def readme_links(readme: Path) -> list[str]:
+    """Relative link targets of a Markdown file, outside code blocks."""
+    text = re.sub(r"^```.*?^```", "", readme.read_text(encoding="utf-8"), flags=re.M | re.S)
+    return [t for t in re.findall(r"\]\(([^)\s]+)\)", text) if not re.match(r"[a-z]+:", t)]
 
 
 def on_shutdown() -> None:
