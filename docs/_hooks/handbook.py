@@ -308,8 +308,14 @@ _ROLE = re.compile(r":(?:py:)?[a-z]+:`~?\.?([^`]+)`")
 
 
 def _md(text: str) -> str:
-    """One table cell: whitespace collapsed, pipes escaped, reST roles as code."""
-    return _ROLE.sub(r"`\1`", " ".join(str(text).split())).replace("|", "\\|")
+    """One table cell: whitespace collapsed, pipes escaped, reST roles as code, ``<x>`` shown."""
+    return _escape_html(_ROLE.sub(r"`\1`", " ".join(str(text).split()))).replace("|", "\\|")
+
+
+def _escape_html(text: str) -> str:
+    """``<`` and ``>`` outside code spans as entities (``runs/<name>`` is text, not a tag)."""
+    parts = re.split(r"(`+[^`]*`+)", text)
+    return "".join(p if p.startswith("`") else p.replace("<", "&lt;").replace(">", "&gt;") for p in parts)
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -319,7 +325,7 @@ def _paragraphs(text: str) -> list[str]:
         if para.startswith((" ", "\t")) or para.lstrip().startswith(">>>"):
             out.append("```text\n" + inspect.cleandoc(para) + "\n```")
         else:
-            out.append(_ROLE.sub(r"`\1`", " ".join(para.split())).replace("::", ":"))
+            out.append(_escape_html(_ROLE.sub(r"`\1`", " ".join(para.split())).replace("::", ":")))
     return out
 
 
@@ -337,6 +343,8 @@ def _type_name(ann: Any) -> str:
         return f"{getattr(origin, '__name__', str(origin))}[{inner}]"
     if ann is type(None):
         return "null"
+    if (section := _section_model(ann)) is not None:  # a nested model: how YAML sees it
+        return "component" if _is_component_section(section) else "section"
     return getattr(ann, "__name__", str(ann)).replace("typing.", "")
 
 
