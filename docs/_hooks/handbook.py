@@ -53,7 +53,7 @@ PACKAGE = "graphveil"
 API_DIR = "reference/api"
 #: the nav title under which the generated API pages are listed (mkdocs.yml: Reference > API)
 API_NAV_TITLE = "API"
-HELP_WIDTH = "100"
+HELP_WIDTH = "80"  # the width of a code block in the theme: no sideways scrolling
 
 _state: dict[str, Any] = {}
 
