@@ -154,6 +154,7 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
     # The reference documents what ships with GraphVeil: built-in plugins only.
     os.environ["GRAPHVEIL_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     os.environ.update(COLUMNS=HELP_WIDTH, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    on_shutdown()  # `mkdocs serve` configures again on every change: drop the previous copy
     tree = Path(tempfile.mkdtemp(prefix="graphveil-docs-src-"))
     layers = merged_tree(tree)
     _state.update(tree=tree, layers=layers, rooms=rooms(tree, layers))
