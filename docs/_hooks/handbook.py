@@ -17,8 +17,10 @@ needs no edit of the handbook:
   per room of the core and per plugin or connector package, one section per public module;
 * ``changelog.md``, when the repository has a ``CHANGELOG.md``.
 
-After the build, every relative link of the README (the front door) is checked against the
-repository and the built pages.
+Two checks make ``--strict`` cover what mkdocs cannot see: a hand-written page that names a
+module, an object or a repository file the code no longer has (`` `graphveil.x.Y` ``, an import
+line of a code block, `` `bench/x.py` ``) is a warning; and after the build, every relative link
+of the README (the front door) is checked against the repository and the built pages.
 
 mkdocstrings reads the code statically (griffe), from a merged copy of the source roots: the one
 import namespace ``graphveil`` spans three folders, which a static loader cannot join by itself.
@@ -29,6 +31,7 @@ as if they shipped with GraphVeil).
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import inspect
 import logging
@@ -203,6 +206,74 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     for uri, content in pages.items():
         files.append(File.generated(config, uri, content=content))
     return files
+
+
+# ------------------------------------------------------------------------------ stale names
+_DOTTED = re.compile(rf"`({PACKAGE}(?:\.\w+)+)")
+_IMPORT = re.compile(rf"^\s*from ({PACKAGE}(?:\.\w+)*) import \(?([\w, ]+)", re.M)
+#: dotted names that are not code: MLflow tags the tracking plugin sets (how-to/mlflow.md)
+NOT_CODE = frozenset({f"{PACKAGE}.site", f"{PACKAGE}.server_round", f"{PACKAGE}.role"})
+_REPO_PATH = re.compile(r"`((?:framework|plugins|connectors|deploy|bench|examples|tests|docs)/[\w./-]*\w)`")
+
+
+def stale_references(markdown: str, tree: Path) -> list[str]:
+    """Module names and repository paths a hand-written page mentions that the code no longer has.
+
+    A name in backticks (`` `graphveil.x.y.Name` ``) must start with a module of the source roots
+    followed by at most one name that module's source defines or imports; an import line of a
+    code block, the same; a repository path in backticks (`` `bench/gdp.py` ``) must exist.
+    """
+    problems = []
+    names = [m.group(1) for m in _DOTTED.finditer(markdown)]
+    for module, imported in _IMPORT.findall(markdown):
+        names += [f"{module}.{n.strip()}" for n in imported.split(",") if n.strip()]
+    for name in sorted(set(names) - NOT_CODE):
+        if (why := _unresolved(name, tree)) is not None:
+            problems.append(f"`{name}` ({why})")
+    for path in sorted(set(_REPO_PATH.findall(markdown))):
+        if not (REPO / path.rstrip("/")).exists():
+            problems.append(f"`{path}` (no such file or folder in the repository)")
+    return problems
+
+
+def _unresolved(name: str, tree: Path) -> str | None:
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = tree.joinpath(*parts[:cut])
+        source = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if source.is_file():
+            rest = parts[cut:]
+            if not rest:
+                return None
+            if rest[0] in module_names(source):
+                return None
+            return f"module {'.'.join(parts[:cut])} has no {rest[0]!r}"
+    return "no such module in the source roots"
+
+
+def module_names(source: Path) -> set[str]:
+    """Names a module defines or imports at its top level (classes, functions, assignments,
+    imports; a class's own names too, for ``Class.method``-style mentions)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def on_page_markdown(markdown: str, page: Any, config: MkDocsConfig, files: Files) -> str:
+    """A hand-written page that names a module, an object or a file the code no longer has is a
+    warning (so ``--strict`` fails): prose cannot silently drift when modules move."""
+    if page.file.generated_by is None:
+        for problem in stale_references(markdown, _state["tree"]):
+            log.warning("Doc file '%s' mentions %s", page.file.src_uri, problem)
+    return markdown
 
 
 def on_post_build(config: MkDocsConfig) -> None:
