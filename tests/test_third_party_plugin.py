@@ -1,8 +1,8 @@
 """A third-party plugin, installed as a real distribution, runs end to end from YAML.
 
-The plugin is the README's tutorial ("Writing a plugin: a mechanism, end to end"): this test
-reads the module, the ``pyproject.toml`` entry point and the run config from the README's code
-blocks, so the tutorial cannot drift from what is tested. It writes them into ``tmp_path`` with
+The plugin is the handbook's tutorial (``docs/how-to/write-a-plugin.md``, "Writing a plugin: a
+mechanism, end to end"): this test reads the module, the ``pyproject.toml`` entry point and the
+run config from that page's code blocks, so the tutorial cannot drift from what is tested. It writes them into ``tmp_path`` with
 a ``<name>-<version>.dist-info`` folder (METADATA + entry_points.txt), exactly what pip leaves
 behind, and then checks:
 
@@ -41,7 +41,7 @@ from graphveil.privacy.conversion import DEFAULT_ORDERS
 from graphveil.run.config import load_config
 from graphveil.run.runner import run_training
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "write-a-plugin.md"
 GRAPHVEIL_CLI = Path(sys.executable).parent / "graphveil"
 PLUGIN = "label_prior"
 COMPONENTS = {("mechanism", "noisy_class_counts"), ("task", "node_classification_with_prior"),
@@ -50,10 +50,10 @@ NeighborRel = dp_accounting.privacy_accountant.NeighboringRelation
 
 
 def tutorial_block(lang: str, starts_with: str) -> str:
-    """The one fenced ``lang`` block of the README that starts with ``starts_with``."""
-    blocks = re.findall(r"^```(\w*)\n(.*?)^```", README.read_text(encoding="utf-8"), flags=re.M | re.S)
+    """The one fenced ``lang`` block of the tutorial page that starts with ``starts_with``."""
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", TUTORIAL.read_text(encoding="utf-8"), flags=re.M | re.S)
     found = [body for kind, body in blocks if kind == lang and body.startswith(starts_with)]
-    assert len(found) == 1, f"README: expected one {lang} block starting {starts_with!r}, found {len(found)}"
+    assert len(found) == 1, f"{TUTORIAL.name}: expected one {lang} block starting {starts_with!r}, found {len(found)}"
     return found[0]
 
 
