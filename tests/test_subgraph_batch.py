@@ -29,11 +29,12 @@ from graphveil.contract.clipper import ClipNormParams
 from graphveil.contract.errors import ConfigError
 from graphveil.contract.invariant import check_structure
 from graphveil.contract.profiles import ExampleStructure
-from graphveil.contract.task import Batch, SubgraphBatch, rooted_subgraphs
+from graphveil.contract.task import Batch
 from graphveil.engine.dp_step import GaussianNoise, dp_step
 from graphveil.engine.grad_samplers import sampler_for
 from graphveil.engine.per_tuple import PerTupleGrad
 from graphveil.plugins.node_dp.clipping import PerNodeClipper
+from graphveil.subgraph_batch import SubgraphBatch, rooted_subgraphs
 
 MODES = ["auto", "ghost", "materialize"]
 CONVS = {"sage": SAGEConv, "gcn": GCNConv}

@@ -203,9 +203,86 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         pages[f"{API_DIR}/{package}.md"] = api_page(package, modules, hookspecs)
     if (REPO / "CHANGELOG.md").is_file():
         pages["changelog.md"] = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    pages["img/rooms.svg"] = rooms_svg(tree, _state["layers"])
     for uri, content in pages.items():
         files.append(File.generated(config, uri, content=content))
     return files
+
+
+# ------------------------------------------------------------------------------ the rooms' picture
+def room_of(module: str, layers: dict[str, str]) -> str | None:
+    """The room a ``graphveil`` module belongs to: a layer (``graphveil.plugins``), a subpackage of
+    the core (``graphveil.run``) or a top-level module of the core (``graphveil.sampling``)."""
+    parts = module.split(".")
+    if parts[0] != PACKAGE or len(parts) < 2:
+        return None
+    return ".".join(parts[:2])
+
+
+def room_imports(tree: Path, layers: dict[str, str]) -> dict[str, set[str]]:
+    """room → the rooms its modules import (ast, every import statement, lazy ones included)."""
+    edges: dict[str, set[str]] = {}
+    for path in sorted((tree / PACKAGE).rglob("*.py")):
+        module = ".".join(path.relative_to(tree).with_suffix("").parts).removesuffix(".__init__")
+        room = room_of(module, layers)
+        if room is None:
+            continue
+        edges.setdefault(room, set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            if isinstance(node, ast.ImportFrom) and node.module == PACKAGE:
+                names = [f"{PACKAGE}.{a.name}" for a in node.names]
+            for name in names:
+                other = room_of(name, layers)
+                if other is not None and other != room:
+                    edges[room].add(other)
+    return edges
+
+
+def rooms_svg(tree: Path, layers: dict[str, str]) -> str:
+    """An SVG of the rooms, each above every room it imports, and their import arrows."""
+    edges = room_imports(tree, layers)
+    floor: dict[str, int] = {}
+
+    def height(room: str, seen: tuple[str, ...] = ()) -> int:
+        if room not in floor:
+            if room in seen:
+                raise RuntimeError(f"handbook: import cycle through {room}")
+            floor[room] = 1 + max((height(o, (*seen, room)) for o in edges.get(room, ())), default=-1)
+        return floor[room]
+
+    for room in edges:
+        height(room)
+    rows: dict[int, list[str]] = {}
+    for room in sorted(floor, key=lambda r: (floor[r], r)):
+        rows.setdefault(floor[room], []).append(room)
+    box_w, box_h, gap_x, gap_y, pad = 190, 34, 24, 70, 20
+    width = pad * 2 + max(len(r) for r in rows.values()) * (box_w + gap_x)
+    height_px = pad * 2 + len(rows) * (box_h + gap_y)
+    where: dict[str, tuple[float, float]] = {}
+    for level, names in rows.items():
+        y = height_px - pad - box_h - level * (box_h + gap_y)
+        row_w = len(names) * (box_w + gap_x) - gap_x
+        for i, name in enumerate(names):
+            where[name] = ((width - row_w) / 2 + i * (box_w + gap_x), y)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height_px}" '
+           f'viewBox="0 0 {width} {height_px}" font-family="sans-serif" font-size="13">',
+           '<defs><marker id="a" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
+           'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#6b7280"/></marker></defs>']
+    for room, targets in sorted(edges.items()):
+        x1, y1 = where[room]
+        for target in sorted(targets):
+            x2, y2 = where[target]
+            out.append(f'<line x1="{x1 + box_w / 2:.0f}" y1="{y1 + box_h:.0f}" x2="{x2 + box_w / 2:.0f}" '
+                       f'y2="{y2:.0f}" stroke="#9ca3af" stroke-width="1" marker-end="url(#a)"/>')
+    for room, (x, y) in where.items():
+        fill = "#e0e7ff" if room in layers else "#f3f4f6"
+        out.append(f'<rect x="{x:.0f}" y="{y:.0f}" width="{box_w}" height="{box_h}" rx="6" fill="{fill}" '
+                   f'stroke="#4b5563"/><text x="{x + box_w / 2:.0f}" y="{y + box_h / 2 + 4:.0f}" '
+                   f'text-anchor="middle">{room}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
 
 # ------------------------------------------------------------------------------ stale names

@@ -10,16 +10,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from pydantic import BaseModel
 
 from graphveil.contract.options import NoParams
 from graphveil.contract.profiles import ExampleStructure
-
-if TYPE_CHECKING:
-    from graphveil.data.graph import RelationalGraph
 
 
 class Model(torch.nn.Module, ABC):
@@ -63,8 +60,8 @@ class Encoder(Model):
     entity occurrence along dimension 0, no mixing across entities)."""
 
     @abstractmethod
-    def prepare(self, graph: RelationalGraph) -> None:
-        """One-time work per graph (tokenising texts, caching frozen layers' outputs)."""
+    def prepare(self, graph: Any) -> None:
+        """One-time work per graph (a :class:`graphveil.data.graph.RelationalGraph`) (tokenising texts, caching frozen layers' outputs)."""
 
     @abstractmethod
     def embed(self, entity_ids: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from pydantic import BaseModel
@@ -17,9 +17,6 @@ from pydantic import BaseModel
 from graphveil.contract.options import NoParams
 from graphveil.contract.profiles import SamplingKind, SamplingProfile
 from graphveil.contract.units import ClaimsUnit
-
-if TYPE_CHECKING:
-    from graphveil.data.graph import RelationalGraph
 
 
 @dataclass
@@ -71,8 +68,9 @@ class Sampler(ClaimsUnit, ABC):
     sampling_kind: ClassVar[SamplingKind]
 
     @abstractmethod
-    def prepare(self, graph: RelationalGraph, generator: torch.Generator) -> SamplingProfile:
-        """Preprocess the training graph once; return the numeric sampling profile."""
+    def prepare(self, graph: Any, generator: torch.Generator) -> SamplingProfile:
+        """Preprocess the training graph once (a :class:`graphveil.data.graph.RelationalGraph`: the
+        contract does not import the data layer); return the numeric sampling profile."""
 
     @abstractmethod
     def sample(self, generator: torch.Generator) -> TupleBatch:

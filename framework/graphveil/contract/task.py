@@ -44,8 +44,8 @@ class Batch(Protocol):
 class NodeBatch:
     """A mini-batch of nodes: each node is one example (one clipping unit).
 
-    Graph-shaped examples (rooted subgraphs, components) use :class:`SubgraphBatch`, re-exported
-    here from :mod:`graphveil.subgraph_batch`.
+    Graph-shaped examples (rooted subgraphs, components) use
+    :class:`graphveil.subgraph_batch.SubgraphBatch`.
 
     :param nodes: ``(b,)`` node indices (into the task's training view until lifted).
     """
@@ -68,15 +68,6 @@ class NodeBatch:
     def select(self, index: torch.Tensor) -> NodeBatch:
         """The nodes at positions ``index`` (1-D long), in that order (micro-batching)."""
         return NodeBatch(nodes=self.nodes[index])
-
-
-def __getattr__(name: str) -> Any:
-    """``SubgraphBatch`` and ``rooted_subgraphs`` on first use: importing torch_geometric is slow."""
-    if name in ("SubgraphBatch", "rooted_subgraphs"):
-        from graphveil import subgraph_batch
-
-        return getattr(subgraph_batch, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,6 @@ from graphveil.data.validate import (
 
 if TYPE_CHECKING:
     from graphveil.contract.host import PluginHost
-    from graphveil.run.config import DataConfig
 
 log = logging.getLogger(__name__)
 
@@ -554,8 +553,9 @@ def keep_classes(graph: G, classes: list[str]) -> G:
     return sub
 
 
-def create_data_source(data: DataConfig, host: PluginHost | None = None, *, section: str = "data") -> DataSource:
+def create_data_source(data: Any, host: PluginHost | None = None, *, section: str = "data") -> DataSource:
     """Build the data source ``data.source`` names, its options validated (nothing is read).
+    ``data`` is a run config's data section (:class:`graphveil.run.config.DataConfig`).
 
     :param section: how messages name the config section (``"data.split.eval_data"`` for graph B).
     :raises ConfigError: on an unknown source (listing the available ones) or a bad option
@@ -568,7 +568,7 @@ def create_data_source(data: DataConfig, host: PluginHost | None = None, *, sect
     return host.get("data_source", data.source).factory(params)
 
 
-def resolve_data_options(data: DataConfig, host: PluginHost) -> None:
+def resolve_data_options(data: Any, host: PluginHost) -> None:
     """Validate the ``data`` section's source options (and graph B's of a two-graph split) with the
     run's host, and keep the full, typed option set in the section (nothing is read).
 
@@ -579,13 +579,13 @@ def resolve_data_options(data: DataConfig, host: PluginHost) -> None:
         resolve_source_options(data.split.eval_data, host, section="data.split.eval_data")
 
 
-def resolve_source_options(part: DataConfig, host: PluginHost, *, section: str = "data") -> None:
+def resolve_source_options(part: Any, host: PluginHost, *, section: str = "data") -> None:
     """One data section's source options, checked and kept typed (see :func:`resolve_data_options`)."""
     options = check_source_options(host, part.source, part.params, section=section)
     object.__setattr__(part, "__pydantic_extra__", options.model_dump(by_alias=True))
 
 
-def _load_source(source: DataSource, data: DataConfig) -> RelationalGraph | NodeGraph:
+def _load_source(source: DataSource, data: Any) -> RelationalGraph | NodeGraph:
     graph = source.load()
     if not isinstance(graph, RelationalGraph | NodeGraph):
         raise DataError(f"data source {data.source!r} returned {type(graph).__name__}, "
@@ -599,7 +599,7 @@ def _relational(graph: RelationalGraph | NodeGraph) -> RelationalGraph:
     return graph.to_relational() if isinstance(graph, NodeGraph) else graph
 
 
-def load_data(data: DataConfig, host: PluginHost | None = None) -> RelationalGraph | NodeGraph:
+def load_data(data: Any, host: PluginHost | None = None) -> RelationalGraph | NodeGraph:
     """The dataset a run config's ``data`` section names: the source (a plugin, default host:
     every installed plugin) built with its options and loaded, cut to ``data.classes`` and
     ``data.max_entities``.
@@ -622,7 +622,7 @@ def load_data(data: DataConfig, host: PluginHost | None = None) -> RelationalGra
     return join_graphs(_relational(_load_source(source, data)), _relational(_load_source(eval_source, eval_data)))
 
 
-def load_graph(data: DataConfig, host: PluginHost | None = None) -> RelationalGraph:
+def load_graph(data: Any, host: PluginHost | None = None) -> RelationalGraph:
     """:func:`load_data` as a :class:`RelationalGraph` (a :class:`NodeGraph` is converted:
     features, labels, each edge once) for callers of the relational task."""
     return _relational(load_data(data, host))

@@ -54,7 +54,6 @@ from graphveil.contract.task import Batch
 from graphveil.engine.losses import LossKind, tuple_losses
 from graphveil.engine.noise import GaussianNoise
 from graphveil.engine.per_tuple import PerTupleGrad
-from graphveil.run.config import TrainingConfig
 
 __all__ = [
     "GaussianNoise",
@@ -76,7 +75,7 @@ class LossSpec:
     margin: float = 0.2
 
     @classmethod
-    def from_config(cls, training: TrainingConfig) -> LossSpec:
+    def from_config(cls, training: Any) -> LossSpec:
         return cls(training.loss, training.temperature, training.margin)
 
 
@@ -96,7 +95,7 @@ class StepMetrics:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], training: TrainingConfig) -> torch.optim.Optimizer:
+def build_optimizer(params: Iterable[torch.nn.Parameter], training: Any) -> torch.optim.Optimizer:
     """``torch.optim.Adam`` (DP-Adam on the privatised gradient) or ``SGD`` at ``training.lr``.
 
     With ``training.weight_decay = λ > 0``: ``AdamW(weight_decay=λ)`` (decoupled decay) instead
