@@ -4,7 +4,7 @@ and from PostgreSQL tables (source sql).
 Generates a text graph (default: 100,000 entities with short texts, 1,000,000 relations drawn
 at random, so a few self-loops and duplicates for the validation to drop) into a temporary
 folder, writes it as CSV and as Parquet, copies it into a throwaway PostgreSQL server on
-loopback (tests/_postgres.py, the SQL tests' server; the row is left out when no server binaries
+loopback (tests/data/_postgres.py, the SQL tests' server; the row is left out when no server binaries
 are found), and loads each through the plugin host's data source in a fresh process, so every
 row's peak RSS is its own. Prints a small table; not a test.
 
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-postgres", action="store_true", help="leave out the PostgreSQL row")
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "data"))
     from _postgres import ServerUnavailable, running_server
 
     with tempfile.TemporaryDirectory(prefix="graphveil-bench-") as tmp, contextlib.ExitStack() as stack:

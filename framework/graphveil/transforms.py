@@ -168,7 +168,7 @@ class OutDegreeBound(_DegreeTransform):
     **What it does not give: node level on the raw graph.** Replacing r may add unboundedly
     many in-edges j → r; by (b) each such j may trade one of its other columns, so the change
     is unbounded (issue 25's example: D = 2, 200 sources with two out-edges each gain j → r:
-    over a hundred rows change, ``tests/test_gdp_degree_class.py``). Capping in-degrees first bounds
+    over a hundred rows change, ``tests/plugins/gdp/test_gdp_degree_class.py``). Capping in-degrees first bounds
     r's in-edges but lets r's raw out-edges displace other in-edges at their targets, whose
     sources then keep other edges; the reverse order fails on r's in-edges, and keeping the
     union of both fails two hops further (same test file, on small gadgets). No stable rule is

@@ -6,7 +6,7 @@ Usage (from the repository root, with the project's venv)::
     .venv/bin/python tests/mutation/run_mutants.py --list
     .venv/bin/python tests/mutation/run_mutants.py                       # every mutant, whole suite, -x
     .venv/bin/python tests/mutation/run_mutants.py --only clip-factors --only noise-add
-    .venv/bin/python tests/mutation/run_mutants.py --tests tests/test_dp_step.py --tests tests/test_private_run_e2e.py
+    .venv/bin/python tests/mutation/run_mutants.py --tests tests/engine/test_dp_step.py --tests tests/e2e/test_private_run_e2e.py
     .venv/bin/python tests/mutation/run_mutants.py --json kill-table.json
 
 For each mutant the runner copies the repository's tracked and untracked (not ignored) files
@@ -665,14 +665,14 @@ MUTANTS: tuple[Mutant, ...] = (
         (("framework/graphveil/apps/plugin_template/clipper.py.tmpl",
           "        return self.clip_norm\n",
           "        return 2 * self.clip_norm  # MUTANT\n"),),
-        note="killed by the generated package's own test, run by tests/test_plugin_new.py (slow)",
+        note="killed by the generated package's own test, run by tests/apps/test_plugin_new.py (slow)",
     ),
     Mutant(
         "scaffold-accountant-rdp", "`graphveil plugin new`'s accountant analysing the step's σ (2σ instead)",
         (("framework/graphveil/apps/plugin_template/accountant.py.tmpl",
           "        return np.asarray(compute_rdp(q=self.rate, noise_multiplier=noise_multiplier, steps=1,\n",
           "        return np.asarray(compute_rdp(q=self.rate, noise_multiplier=2 * noise_multiplier, steps=1,  # MUTANT\n"),),
-        note="killed by the generated package's own test, run by tests/test_plugin_new.py (slow)",
+        note="killed by the generated package's own test, run by tests/apps/test_plugin_new.py (slow)",
     ),
     Mutant(
         "frozen-head-identity", "frozen_head's identity start (the base row is the frozen model)",

@@ -14,7 +14,7 @@ lowers freq(v) of the other nodes v of those tuples and so raises the thresholds
 tuples containing v. Alg. 1 at norm C then moves the sum by up to
 (C/4)·(2 + 3|B⁻(u*)| + |B⁺(u*)|·(1 + k_neg)) ≤ (C/4)·(5 + K(1 + k_neg)), and batches that
 NEG-SAMPLE-WOR can draw reach C·(1 + K(1 + k_neg)/4) — 7.25·C for K = 5, k_neg = 4
-(tests/test_clipping_sensitivity.py). Running Alg. 1 at norm C·κ scales every clipped
+(tests/plugins/entity_dp/test_clipping_sensitivity.py). Running Alg. 1 at norm C·κ scales every clipped
 gradient, hence the bound, by κ, so the clipped sum has sensitivity ≤ C and Theorem 3 (which
 assumes sensitivity C against noise N(0, σ²C²)) applies exactly; the noise stays σ·C.
 """
@@ -76,7 +76,7 @@ def sensitivity_bound(K: int | None, k_neg: int) -> float:
     Sum: (C/4)(2 + 3|N| + |R|(1 + k_neg)) ≤ (C/4)(5 + K(1 + k_neg)). Checked on sampled and
     constructed batches by ``test_paper_alg1_recomputed_frequencies_bound`` and
     ``test_paper_alg1_sensitivity_grows_with_k_and_k_neg`` (which reaches (C/4)(4 + K(1 + k_neg)))
-    in tests/test_clipping_sensitivity.py.
+    in tests/plugins/entity_dp/test_clipping_sensitivity.py.
 
     :raises PrivacyError: unless K ≥ 1 and k_neg ≥ 0 are integers.
     """

@@ -55,7 +55,7 @@ its relative precision.
    e^{α(α−1)/(2σ²)}). Binomial pmf values get a 1e-12 relative allowance for scipy's rounding.
 
 Checked against opacus and dp-accounting (K = 1, k_neg = 0), opacus per ℓ at the paper's
-numbers, mpmath quadrature and a full sum over ℓ (tests/test_accountant_coupled.py).
+numbers, mpmath quadrature and a full sum over ℓ (tests/plugins/entity_dp/test_accountant_coupled.py).
 
 Speed: bench/accountant_speed.py times both bounds on the paper's setting (n = 1e6, m = 5e6,
 K = 5, k_neg = 4, γ = 1e-5, σ = 0.5, all 159 default orders); the README gives the numbers and

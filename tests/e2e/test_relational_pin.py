@@ -1,0 +1,53 @@
+"""Pinned numbers of the relational methods, so a redesign of the core cannot move them silently.
+
+For each relational method (entity-level standard clipping / Thm C.1, entity-level FREQ-CLIP /
+Thm 3, edge-level per-tuple clipping) a 3-step session on the toy graph with a fixed sampling
+seed and a fixed *research* noise seed must reproduce, as measured before the core redesign
+(issue 7, commit dbec73b): the σ calibrated to ε = 4, the ε spent, and a checksum of the trained
+LoRA adapter (values rounded to 6 decimals, so a reordered float sum does not count as a change
+but any change in what is clipped, sampled or added does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from _toy import make_config, toy_graph
+
+from graphveil.contract.host import default_host
+from graphveil.run.config import config_from_dict
+from graphveil.run.session import TrainingSession
+
+PINNED = {
+    # method: (σ at ε = 4 over 3 steps, ε after 3 steps, adapter checksum)
+    "entity_standard": (2.8112484050571327, 3.997157234796877, "ffe3d22fad36c902"),
+    "entity_freq": (1.3279305416779241, 3.9965330630607463, "3a2a266b174baa22"),
+    "edge": (0.6812655039490275, 3.9956514739928206, "201822f6b58120c0"),
+}
+
+
+def adapter_checksum(state: dict) -> str:
+    h = hashlib.sha256()
+    for name in sorted(state):
+        h.update(name.encode())
+        h.update(np.round(state[name].detach().double().cpu().numpy(), 6).tobytes())
+    return h.hexdigest()[:16]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("method", sorted(PINNED))
+def test_relational_method_reproduces_its_pinned_numbers(method: str) -> None:
+    raw = make_config(method, sigma=1.0, clip_norm=0.5, lr=0.05).model_dump(mode="json")
+    raw["privacy"] = {"target_epsilon": 4.0, "delta": 1e-5, "research_noise_seed": 77}
+    raw["training"]["steps"] = 3
+    session = TrainingSession(config_from_dict(raw), host=default_host(), graph=toy_graph())
+    session.assemble()
+    session.prepare()
+    session.train()
+    sigma, epsilon, checksum = PINNED[method]
+    assert session.noise_multiplier == pytest.approx(sigma, rel=1e-9)
+    assert session.epsilon() == pytest.approx(epsilon, rel=1e-9)
+    assert adapter_checksum(session.trainable_state()) == checksum
