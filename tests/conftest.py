@@ -1,4 +1,12 @@
-"""Shared fixtures. Tests never download: models are built tiny from a config or come from packages."""
+"""Shared fixtures and the suite's parallel layout. Tests never download: models are built tiny
+from a config or come from packages.
+
+The suite runs on every core with pytest-xdist (``./run test``: ``-n auto --dist loadgroup``).
+Tests that must not run beside each other, or that share one expensive module fixture, carry
+``xdist_group`` and so run on one worker: every ``federation`` test (real SuperLink/SuperNode
+processes: two federations at once on a small machine miss their timeouts), and modules that
+mark themselves (e.g. the PostgreSQL server of the SQL source's tests).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +20,22 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CITESEER_TAPE = SHARED / "data" / "text_attributed" / "citeseer_tape"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        # N workers x all cores' intra-op threads oversubscribe the CPU: share the cores out.
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("federation") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("flower-loopback"))
 
 
 @pytest.fixture(scope="session")

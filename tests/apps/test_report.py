@@ -23,6 +23,9 @@ from graphveil.apps.report_data import ReportError, load_source
 from graphveil.contract.errors import ConfigError
 from graphveil.contract.host import default_host
 
+#: the module's sweep (fixture ``swept``) runs once: its tests run on one xdist worker
+pytestmark = pytest.mark.xdist_group("report-sweep")
+
 ORDERS = [2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
 NODE = {
     "name": "mlp-tiny",

@@ -24,6 +24,9 @@ from graphveil.data import RelationalGraph, load_bundled_citeseer, load_data
 from graphveil.data import sql as sql_module
 from graphveil.run.config import DataConfig, load_config
 
+#: one PostgreSQL server (the session fixture ``pg``) for the module: its tests run on one xdist worker
+pytestmark = pytest.mark.xdist_group("postgres")
+
 PASSWORD_ENV = "GRAPHVEIL_TEST_PG_PASSWORD"
 #: Extra tables of the test database: each breaks one validation rule.
 BAD_TABLES = {
