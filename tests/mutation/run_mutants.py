@@ -180,8 +180,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pure-eps-bound", "the max-divergence half of a pure-ε event's RDP (zCDP bound alone)",
         (("framework/graphveil/privacy/rdp_accountant.py",
-          "            return np.minimum(eps, self.orders * eps**2 / 2.0)\n",
-          "            return self.orders * eps**2 / 2.0  # MUTANT: min dropped\n"),),
+          "            return np.minimum(eps, grid * eps**2 / 2.0)\n",
+          "            return grid * eps**2 / 2.0  # MUTANT: min dropped\n"),),
     ),
     Mutant(
         "window-feasible", "σ calibration's exact test of the window (ε within 1 % of the target accepted)",

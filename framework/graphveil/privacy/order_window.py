@@ -11,6 +11,11 @@ bounds every order outside the window from below by two facts of Rényi divergen
   the window's two lowest orders to their left, and above the line through its two highest
   orders to their right (a convex function's slope only grows).
 
+The rest of the plan's RDP (releases, composed with the steps) may be given on the whole grid
+or computed where the window looks; then it is bounded outside the window by monotonicity alone
+(by 0 below, by its value at the window's top above), the convexity argument being left to the
+steps' curve (a pure-ε release's min(ε, αε²/2) has a concave kink).
+
 The answer is "yes" when some order of the window meets the target (ε on a subset of the grid
 is an upper bound on ε over the grid, so this is exact), "no" when no order of the window does
 and every bound outside it exceeds the target; otherwise the window grows toward the orders that
@@ -35,6 +40,9 @@ import numpy as np
 RADIUS = 3
 #: :meth:`OrderWindow.epsilon` estimates ε to within this share of |log(ε/target)| (relative)
 ESTIMATE_SHARE = 0.01
+#: the RDP of the rest of the plan (releases) on the whole grid, or a function giving it at the
+#: orders of an index array (computed only where the window looks)
+Planned = np.ndarray | Callable[[np.ndarray], np.ndarray]
 
 
 class OrderWindow:
@@ -58,22 +66,25 @@ class OrderWindow:
         self.evaluated = 0  # orders evaluated in all (for tests and benchmarks)
         self.offset = 0.0  # the conversion's term at the last optimum: the part of ε that σ does not scale
 
-    def feasible(self, sigma: float, planned: np.ndarray, target: float) -> bool:
-        """Whether min over the grid of ε_α(σ) ≤ target, ``planned`` the other RDP (full grid)."""
+    def feasible(self, sigma: float, planned: Planned, target: float) -> bool:
+        """Whether min over the grid of ε_α(σ) ≤ target, ``planned`` the other RDP (:data:`Planned`)."""
         return self._search(sigma, planned, target, estimate=False) <= target
 
-    def epsilon(self, sigma: float, planned: np.ndarray, target: float) -> float:
+    def epsilon(self, sigma: float, planned: Planned, target: float) -> float:
         """An estimate ε̂ of ε(σ) = min over the grid of ε_α(σ) with ε ≤ ε̂ ≤ (1 + τ)·ε, τ =
         :data:`ESTIMATE_SHARE`·|log(ε̂/target)|: the window grows until no bound outside it is
         below ε̂/(1 + τ). Exact as ε̂ nears the target; ε̂ ≤ target exactly when ε ≤ target."""
         return self._search(sigma, planned, target, estimate=True)
 
-    def _search(self, sigma: float, planned: np.ndarray, target: float, *, estimate: bool) -> float:
+    def _search(self, sigma: float, planned: Planned, target: float, *, estimate: bool) -> float:
         """The smallest ε of the window once it decides: for :meth:`feasible`, a value ≤ target
         (some order meets it; the grid's ε is at most this) or, when every bound outside exceeds
         the target, the window's smallest ε (> target); for :meth:`epsilon`, its estimate."""
         n = self.orders.size
-        rho = np.full(n, np.nan)
+        rho, other = np.full(n, np.nan), np.full(n, np.nan)
+        lazy = callable(planned)
+        if not lazy:
+            other[:] = planned
         lo, hi = max(0, self.best - RADIUS), min(n - 1, self.best + RADIUS)
         if hi - lo < 1:  # the lower bound needs two orders
             lo, hi = max(0, hi - 1), min(n - 1, lo + 1)
@@ -84,10 +95,12 @@ class OrderWindow:
             need = need[(need < known_lo) | (need > known_hi)]
             if need.size:
                 rho[need] = np.asarray(self.per_step(sigma, need), dtype=float)
+                if lazy:
+                    other[need] = np.asarray(planned(need), dtype=float)
                 self.evaluated += need.size
                 known_lo, known_hi = min(known_lo, lo), max(known_hi, hi)
             window = slice(lo, hi + 1)
-            r = np.maximum(planned[window] + self.steps * rho[window], 0.0)
+            r = np.maximum(other[window] + self.steps * rho[window], 0.0)
             eps = np.where(np.isfinite(r), r + self.conv[window], np.inf)
             i = int(np.argmin(eps))
             self.best = lo + i
@@ -95,7 +108,7 @@ class OrderWindow:
             smallest = float(eps[i])
             if not estimate and smallest <= target:
                 return smallest
-            bound = self._lower_bounds(rho, lo, hi, planned)
+            bound = self._lower_bounds(rho, lo, hi, self._other_below(other, lo, hi) if lazy else other)
             if estimate:  # orders whose ε might lie below ε̂/(1 + τ)
                 share = ESTIMATE_SHARE * abs(math.log(smallest / target)) if 0 < smallest < math.inf else 0.0
                 might = np.flatnonzero(bound < smallest / (1.0 + share))
@@ -108,6 +121,16 @@ class OrderWindow:
             top = int(np.searchsorted(self.orders, 2.0 * self.orders[hi], side="right")) - 1
             hi = min(max(hi, int(might.max())), hi + grow, max(top, hi + 1))
             grow *= 2
+
+    @staticmethod
+    def _other_below(other: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """The other RDP where known ([lo, hi]), and below it elsewhere: ≥ 0 below the window,
+        ≥ its value at the window's top order above (RDP is non-decreasing in α)."""
+        out = np.zeros_like(other)
+        out[lo:hi + 1] = other[lo:hi + 1]
+        top = other[hi]
+        out[hi + 1:] = max(0.0, top) if np.isfinite(top) else 0.0
+        return out
 
     def _lower_bounds(self, rho: np.ndarray, lo: int, hi: int, planned: np.ndarray) -> np.ndarray:
         """Lower bounds on ε_α for the orders outside [lo, hi] (+inf inside)."""

@@ -368,8 +368,9 @@ class RdpAccountantBase(Accountant):
         self._events.append((str(name), self.event_rdp(event, name)))
         self._pure.append(_pure_epsilon(event))
 
-    def event_rdp(self, event: Any, name: str) -> np.ndarray:
-        """RDP curve of a ``dp_accounting`` event on this accountant's orders.
+    def event_rdp(self, event: Any, name: str, orders: np.ndarray | None = None) -> np.ndarray:
+        """RDP curve of a ``dp_accounting`` event on this accountant's orders (or on ``orders``, some
+        of them: each order's value does not depend on the others asked).
 
         Gaussian, Laplace and other events: ``dp_accounting.rdp.RdpAccountant`` under the
         neighbouring relation of this accountant's unit (replace-one for replacement adjacency,
@@ -389,6 +390,7 @@ class RdpAccountantBase(Accountant):
         from graphveil.privacy.events import PureDpEvent
         from graphveil.units import Adjacency, UnitKind
 
+        grid = self.orders if orders is None else np.asarray(orders, dtype=float)
         rel = dp_accounting.privacy_accountant.NeighboringRelation
         unit = getattr(self, "unit", None)
         relation = (rel.REPLACE_ONE if getattr(unit, "adjacency", None) is Adjacency.REPLACEMENT
@@ -397,18 +399,18 @@ class RdpAccountantBase(Accountant):
             eps = float(event.epsilon)
             if not (eps >= 0 and math.isfinite(eps)):
                 raise PrivacyError(f"release {name!r}: a pure ε-DP event needs a finite ε >= 0, got {event.epsilon!r}")
-            return np.minimum(eps, self.orders * eps**2 / 2.0)
+            return np.minimum(eps, grid * eps**2 / 2.0)
         if isinstance(event, dp_accounting.RandomizedResponseDpEvent):
             if getattr(unit, "kind", None) not in (UnitKind.EDGE, UnitKind.UNDIRECTED_EDGE):
                 raise PrivacyError(f"release {name!r}: randomized response on adjacency entries protects one "
                                    f"edge, not a {getattr(unit, 'kind', unit)!s} unit")
             relation = rel.REPLACE_ONE
         try:
-            curve = dp_event_rdp(event, self.orders, relation)
+            curve = dp_event_rdp(event, grid, relation)
         except _Unsupported as exc:
             raise PrivacyError(f"accountant {self.mechanism!r} cannot analyse release {name!r} "
                                f"({exc.args[0]}) under {relation.name} adjacency") from None
-        if curve.shape != self.orders.shape or np.isnan(curve).any():
+        if curve.shape != grid.shape or np.isnan(curve).any():
             raise PrivacyError(f"release {name!r} produced an invalid RDP curve")
         return curve
 
@@ -499,18 +501,30 @@ class RdpAccountantBase(Accountant):
         self._profile_state()
 
         composed = self.events_rdp()
-        # by the event's repr (events holding lists are not hashable): a fixed release's curve
-        # is computed once, not at every bisection step
-        curves: dict[str, np.ndarray] = {}
+        # a release's RDP by the event's repr (events holding lists are not hashable) and order: a
+        # fixed release is computed once, not at every σ tried, and only at the orders looked at
+        curves: dict[tuple[str, int], float] = {}
 
-        def planned(sigma: float) -> np.ndarray:
-            total = composed.copy()
-            for name, event in (releases(sigma) if releases is not None else ()):
-                key = repr(event)
-                if key not in curves:
-                    curves[key] = self.event_rdp(event, name)
-                total += curves[key]
-            return total
+        def planned_at(sigma: float) -> Callable[[np.ndarray], np.ndarray]:
+            """The plan's other RDP at σ (releases composed so far and to come), at given orders."""
+            events = list(releases(sigma)) if releases is not None else []
+
+            def at(index: np.ndarray) -> np.ndarray:
+                index = np.asarray(index, dtype=np.int64)
+                total = composed[index].copy()
+                for name, event in events:
+                    key = repr(event)
+                    missing = [int(i) for i in index if (key, int(i)) not in curves]
+                    if missing:
+                        values = self.event_rdp(event, name, orders=self.orders[missing])
+                        curves.update(((key, i), float(v)) for i, v in zip(missing, values, strict=True))
+                    total += np.array([curves[(key, int(i))] for i in index])
+                return total
+
+            return at
+
+        def planned(sigma: float) -> np.ndarray:  # on the whole grid
+            return planned_at(sigma)(np.arange(self.orders.size))
 
         def epsilon_at(sigma: float) -> float:
             curve = planned(sigma) + (steps * self.rdp_curve(sigma) if steps else 0.0)
@@ -531,12 +545,12 @@ class RdpAccountantBase(Accountant):
             # aim with the cheaper approximation first; it decides nothing
             rough = OrderWindow(self.orders, lambda s, index: self.rough_per_step_rdp(s, self.orders[index]),
                                 steps, delta)
-            start = localise_root(lambda s: (rough.epsilon(s, planned(s), target), rough.offset), target,
+            start = localise_root(lambda s: (rough.epsilon(s, planned_at(s), target), rough.offset), target,
                                   sigma_range=self.SIGMA_RANGE, rtol=self.CALIBRATE_RTOL)
             window.best = rough.best
         try:
-            return guided_bisect_sigma(lambda s: window.feasible(s, planned(s), target),
-                                       lambda s: (window.epsilon(s, planned(s), target), window.offset), target,
+            return guided_bisect_sigma(lambda s: window.feasible(s, planned_at(s), target),
+                                       lambda s: (window.epsilon(s, planned_at(s), target), window.offset), target,
                                        sigma_range=self.SIGMA_RANGE, rtol=self.CALIBRATE_RTOL, start=start)
         except PrivacyError:
             top = self.SIGMA_RANGE[1]
