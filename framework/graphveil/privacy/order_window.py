@@ -105,7 +105,7 @@ class OrderWindow:
             i = int(np.argmin(eps))
             self.best = lo + i
             self.offset = float(self.conv[self.best])
-            smallest = float(eps[i])
+            smallest = max(0.0, float(eps[i]))  # ε is clamped at 0 (rdp_to_epsilon)
             if not estimate and smallest <= target:
                 return smallest
             bound = self._lower_bounds(rho, lo, hi, self._other_below(other, lo, hi) if lazy else other)

@@ -129,6 +129,8 @@ class KnownDecisions:
         return met
 
     def __call__(self, sigma: float) -> bool:
+        if sigma in self.exact:
+            return self.exact[sigma]
         if sigma >= self.met:
             return True
         if sigma <= self.missed:
@@ -187,8 +189,10 @@ def guided_bisect_sigma(decide: Callable[[float], bool], epsilon_at: Callable[[f
         found = localise_root(epsilon_at, target, sigma_range=sigma_range, rtol=rtol, start=(wrong, found[1]),
                               known=known)
     sigma = bisect_sigma(meets, target, sigma_range=sigma_range, rtol=rtol)
-    if sigma not in known.exact and not known.record(sigma, bool(decide(sigma))):
-        # ε(σ) was not monotone after all (rounding): take the bisection's own evaluations
+    met = known.exact.get(sigma)
+    if met is None:  # inferred: decide it
+        met = known.record(sigma, bool(decide(sigma)))
+    if not met:  # ε(σ) was not monotone after all (rounding): the bisection's own evaluations
         return bisect_sigma(lambda s: target if decide(s) else math.inf, target, sigma_range=sigma_range,
                             rtol=rtol)
     return sigma
@@ -232,10 +236,10 @@ def localise_root(epsilon_at: Callable[[float], tuple[float, float]], target: fl
     _LOCALISE evaluations (or ε = 0 or ∞, or it runs into a range end); slope is d log ε / d log σ.
     """
     lo_limit, hi_limit = (math.log(v) for v in sigma_range)
-    if start is None:
-        x, slope = min(max(0.0, lo_limit), hi_limit), -1.0  # ε ∝ 1/σ until the first secant
-    else:
-        x, slope = min(max(math.log(start[0]), lo_limit), hi_limit), start[1]
+    x, slope = min(max(0.0, lo_limit), hi_limit), -1.0  # ε ∝ 1/σ until the first secant
+    if start is not None:
+        x = min(max(math.log(start[0]), lo_limit), hi_limit)
+        slope = start[1] if math.isfinite(start[1]) and start[1] < 0 else slope
     points: list[tuple[float, float, float]] = []  # (log σ, ε̂, c)
     for _ in range(_LOCALISE):
         sigma = math.exp(x)
