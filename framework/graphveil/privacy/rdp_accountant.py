@@ -489,10 +489,13 @@ class RdpAccountantBase(Accountant):
         One budget for the whole plan: the one-shot releases composed so far count against the
         target, and so do the plan's releases still to come, ``releases(σ)`` → ``[(name,
         dp_accounting event)]`` (events of releases that take the shared σ depend on it; fixed
-        ones do not). Does not touch the history. Each bisection step evaluates the per-step RDP
-        only at the orders near the last optimum (:class:`~graphveil.privacy.order_window.OrderWindow`,
-        the same answers as the whole curve). :raises PrivacyError: on ε ≤ 0, a bad δ, fewer
-        than one step with no release, or a target no σ in :attr:`SIGMA_RANGE` meets.
+        ones do not). Does not touch the history. Each decision evaluates the per-step RDP, and
+        the releases', only at the orders near the last optimum
+        (:class:`~graphveil.privacy.order_window.OrderWindow`, the same answers as the whole
+        curve), and :func:`guided_bisect_sigma` returns the σ of the log-bisection from a handful
+        of decisions (the same σ as the bisection; issue 29), aiming first with
+        :meth:`rough_per_step_rdp` if the accountant has one. :raises PrivacyError: on ε ≤ 0, a
+        bad δ, fewer than one step with no release, or a target no σ in :attr:`SIGMA_RANGE` meets.
         """
         try:
             target = float(target_epsilon)

@@ -119,22 +119,36 @@ class EdgePldAccountant(EdgeRdpAccountant):
                 pld = part if pld is None else pld.compose(part)
         return pld
 
-    def _closer_guess(self, guess: float, grid: float, coarse_epsilon: Any, steps: int, delta: float,
-                      target: float, low: float, high: float) -> tuple[float, float, bool] | None:
-        """(σ, slope, trusted): the coarse root moved toward the root on the accountant's own grid. ε there
-        is extrapolated from the coarse grid and one twice as coarse, the discretisation's excess
-        taken as a·grid^EXCESS_POWER (its growth between grids 1e-3, 2e-3, 5e-3 and 1e-2 at the
-        bench's settings: power 1.1-1.6), at the coarse root and 1 % above it (the slope), and
-        followed along that slope, by at most EXCESS_MOVE. Aims only; None if it cannot."""
+    def _grid_epsilon(self, grid: float, steps: int, delta: float) -> Callable[[float], float]:
+        """σ ↦ ε at δ of the history and ``steps`` more steps at σ, on the loss grid ``grid``
+        (uncached: calibration's searches on coarser grids)."""
+        taken = self._compose(self._history, grid)
+
+        def epsilon(sigma: float) -> float:
+            pld = self._step_pld(sigma, grid).self_compose(steps)
+            return float((pld if taken is None else taken.compose(pld)).get_epsilon_for_delta(delta))
+
+        return epsilon
+
+    def _closer_guess(self, guess: float, grid: float, coarse_epsilon: Callable[[float], float], steps: int,
+                      delta: float, target: float, low: float, high: float) -> tuple[float, float, bool] | None:
+        """(σ, slope, trusted): the coarse root moved toward the root on the accountant's own grid.
+
+        ε there is extrapolated from the coarse grid and one twice as coarse, the discretisation's
+        excess taken as a·grid^EXCESS_POWER (its growth between grids 1e-3, 2e-3, 5e-3 and 1e-2 at
+        the bench's settings: power 1.1-1.6), at the coarse root and 1 % above it (the slope), and
+        followed along that slope by at most EXCESS_MOVE (``trusted`` if it needed no more).
+        Aims only; None without a usable extrapolation (or after earlier steps).
+        """
         coarser = 2.0 * grid
         if coarser > 0.1 or self._history:
             return None
         fine, p = self.params.value_discretization_interval, self.EXCESS_POWER
         share = (grid**p - fine**p) / (coarser**p - grid**p)
+        coarser_epsilon = self._grid_epsilon(coarser, steps, delta)
 
         def extrapolated(sigma: float) -> float:
-            e1 = coarse_epsilon(sigma)
-            e2 = float(self._step_pld(sigma, coarser).self_compose(steps).get_epsilon_for_delta(delta))
+            e1, e2 = coarse_epsilon(sigma), coarser_epsilon(sigma)
             return e1 - (e2 - e1) * share
 
         here, above = extrapolated(guess), extrapolated(guess * 1.01)
@@ -181,9 +195,12 @@ class EdgePldAccountant(EdgeRdpAccountant):
         The RDP σ (fast) is the upper end of the search: the PLD bound can only lower it, and
         below it only the PLD can meet the target. A secant search
         (:func:`~graphveil.plugins.edge_dp.sigma_search.log_secant_search`) on a grid
-        ``COARSE_GRID`` times coarser (~4× cheaper) locates the root; the search on the
-        accountant's own grid starts there, so a few exact evaluations decide the answer: the σ
-        returned met the target on the exact grid (or is the RDP σ), and σ / (1 + rtol) missed it.
+        ``COARSE_GRID`` times coarser (~5× cheaper), from σ_RDP / ``FIRST_GAP``, locates the
+        coarse root; :meth:`_closer_guess` moves it by the coarse grid's extrapolated excess (or a
+        search on a grid ``MEDIUM_GRID`` times the own one does, where the coarse grid is too far
+        out); the search on the accountant's own grid starts there, so two or three exact
+        evaluations decide the answer at the bench's settings: the σ returned met the target on
+        the exact grid (or is the RDP σ), and σ / (1 + rtol) missed it. The guesses only aim.
         """
         if releases is not None:
             self.compose_event(None, "planned releases")
@@ -207,12 +224,7 @@ class EdgePldAccountant(EdgeRdpAccountant):
         guess = slope = None
         grid = min(self.COARSE_GRID * self.params.value_discretization_interval, 0.1)
         if grid > self.params.value_discretization_interval:
-            taken = self._compose(self._history, grid)
-
-            def coarse_epsilon(sigma: float) -> float:
-                pld = self._step_pld(sigma, grid).self_compose(steps)
-                return float((pld if taken is None else taken.compose(pld)).get_epsilon_for_delta(delta))
-
+            coarse_epsilon = self._grid_epsilon(grid, steps, delta)
             guess, slope = log_secant_search(coarse_epsilon, target, lower=low, upper=sigma_rdp,
                                              rtol=self.COARSE_RTOL, guess=sigma_rdp / self.FIRST_GAP,
                                              slope=self.FIRST_SLOPE)
@@ -221,15 +233,9 @@ class EdgePldAccountant(EdgeRdpAccountant):
                 guess, slope, trusted = closer
                 medium = self.MEDIUM_GRID * self.params.value_discretization_interval
                 if not trusted and medium < grid:  # the coarse grid is too far out here: a finer one
-                    medium_taken = self._compose(self._history, medium)
-
-                    def medium_epsilon(sigma: float) -> float:
-                        pld = self._step_pld(sigma, medium).self_compose(steps)
-                        return float((pld if medium_taken is None else medium_taken.compose(pld))
-                                     .get_epsilon_for_delta(delta))
-
-                    guess, medium_slope = log_secant_search(medium_epsilon, target, lower=low, upper=sigma_rdp,
-                                                            rtol=self.COARSE_RTOL, guess=guess, slope=slope)
+                    guess, medium_slope = log_secant_search(self._grid_epsilon(medium, steps, delta), target,
+                                                            lower=low, upper=sigma_rdp, rtol=self.COARSE_RTOL,
+                                                            guess=guess, slope=slope)
                     slope = medium_slope or slope
 
         def exact_epsilon(sigma: float) -> float:
