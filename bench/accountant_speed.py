@@ -18,6 +18,9 @@ What is timed (wall clock; CPU time beside, the fairer number on a shared machin
   split_rdp's warm rows replay a cache).
 * **curve**: one per-step RDP curve on the full grid at the calibrated σ, the first in the
   process (what a run computes after calibrating, for its ε and report).
+* plans with releases (:data:`PLANS`, GAP's at the node demo's setting) time their accountant's
+  ``calibrate`` inside ``graphveil.planning.planned_account`` (the host and the session's
+  assembly untimed; no curve column).
 
 Every row also gives σ, and ε of the full curve at σ after the steps (≤ the target), and the
 load average when it ran (``os.getloadavg``, 1 min): on a shared machine a row measured under a
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -141,6 +145,48 @@ def _rows() -> list[Row]:
     ]
 
 
+#: plans with releases, calibrated through graphveil.planning as `graphveil privacy calibrate
+#: --method NAME --nodes N --epochs E --target-epsilon T` does: (method, setting, nodes, epochs, target)
+PLANS = [("gap", "demo ε=16", 2031, 20, 16.0)]
+
+
+def _planned_one(index: int) -> dict[str, Any]:
+    """Plan ``index`` of :data:`PLANS` in this (fresh) process: its accountant's ``calibrate``
+    timed inside :func:`graphveil.planning.planned_account` (the host and the session's assembly
+    are not timed), cold and again."""
+    import copy
+
+    from graphveil.apps.cli_privacy import METHOD_CONFIGS
+    from graphveil.config import config_from_dict
+    from graphveil.host import default_host
+    from graphveil.planning import PublicSizes, planned_account
+    from graphveil.privacy import RdpAccountantBase
+
+    method, setting, nodes, epochs, target = PLANS[index]
+    raw = copy.deepcopy(METHOD_CONFIGS[method])
+    raw["training"] = {"epochs": epochs}
+    raw["privacy"] = {**raw.get("privacy", {}), "enabled": True, "target_epsilon": target, "noise_multiplier": None}
+    host = default_host()
+    __import__("dp_accounting")
+    calls: list[tuple[float, float, float, str, int]] = []
+    calibrate = RdpAccountantBase.calibrate
+
+    def timed(self: Any, **kwargs: Any) -> float:
+        sigma, wall, cpu = _timed(lambda: calibrate(self, **kwargs))
+        calls.append((sigma, wall, cpu, self.mechanism, kwargs["num_steps"]))
+        return sigma
+
+    RdpAccountantBase.calibrate = timed  # type: ignore[method-assign]
+    load = os.getloadavg()[0]
+    out = planned_account(config_from_dict(copy.deepcopy(raw), f"bench {method}"), PublicSizes(nodes=nodes), host=host)
+    planned_account(config_from_dict(copy.deepcopy(raw), f"bench {method}"), PublicSizes(nodes=nodes), host=host)
+    (sigma, cold, cold_cpu, mechanism, steps), (_, warm, warm_cpu, _, _) = calls
+    return {"row": f"{mechanism} ({method})", "setting": setting, "target": target, "delta": out["delta"],
+            "steps": steps, "sigma": sigma, "epsilon": out["epsilon"], "same_sigma_warm": calls[1][0] == sigma,
+            "import_s": 0.0, "cold_s": cold, "cold_cpu_s": cold_cpu, "warm_s": warm, "warm_cpu_s": warm_cpu,
+            "curve_s": math.nan, "curve_cpu_s": math.nan, "load": load}
+
+
 def _timed(call: Callable[[], Any]) -> tuple[Any, float, float]:
     w0, c0 = time.perf_counter(), time.process_time()
     out = call()
@@ -201,10 +247,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="warm full-grid curves per theorem (best kept)")
     parser.add_argument("--json", action="store_true", help="print JSON lines instead of tables")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one row, this process
+    parser.add_argument("--plan", type=int, help=argparse.SUPPRESS)  # internal: one plan, this process
     parser.add_argument("--curves", action="store_true", help=argparse.SUPPRESS)  # internal
     args = parser.parse_args()
     if args.one is not None:
         print(json.dumps(_one(args.one)))
+        return
+    if args.plan is not None:
+        print(json.dumps(_planned_one(args.plan)))
         return
     if args.curves:
         print(json.dumps(_paper_curves(args.repeat)))
@@ -214,6 +264,8 @@ def main() -> None:
             if wanted is None or any(w in r.name or w in r.setting for w in wanted)]
     curves = _in_fresh_process(["--curves", "--repeat", str(args.repeat)])
     results = [_in_fresh_process(["--one", str(i)]) for i in rows]
+    results += [_in_fresh_process(["--plan", str(i)]) for i, plan in enumerate(PLANS)
+                if wanted is None or any(w in plan[0] or w in plan[1] for w in wanted)]
     if args.json:
         print(json.dumps({"curves": curves}))
         for r in results:
@@ -233,8 +285,9 @@ def main() -> None:
             f"{'import':>6} {'target':>6} {'steps':>5} {'sigma':>10} {'epsilon':>8} {'load':>5}")
     print(head)
     for r in results:
+        curve = "-" if math.isnan(r["curve_s"]) else f"{r['curve_s']:.3f}"
         print(f"{r['row']:<20} {r['setting']:<12} {r['cold_s']:>7.3f} {r['cold_cpu_s']:>6.3f} {r['warm_s']:>7.3f} "
-              f"{'<' + format(CALIBRATE_GOAL, 'g'):>5} {r['curve_s']:>8.3f} {r['import_s']:>6.2f} {r['target']:>6g} "
+              f"{'<' + format(CALIBRATE_GOAL, 'g'):>5} {curve:>8} {r['import_s']:>6.2f} {r['target']:>6g} "
               f"{r['steps']:>5} {r['sigma']:>10.6g} {r['epsilon']:>8.5g} {r['load']:>5.2f}")
 
 
