@@ -58,8 +58,10 @@ Checked against opacus and dp-accounting (K = 1, k_neg = 0), opacus per ℓ at t
 numbers, mpmath quadrature and a full sum over ℓ (tests/test_accountant_coupled.py).
 
 Speed: bench/accountant_speed.py times both bounds on the paper's setting (n = 1e6, m = 5e6,
-K = 5, k_neg = 4, γ = 1e-5, σ = 0.5, all 159 default orders); the README gives the numbers and
-the machine load they were measured under. The paper's own code needs ~7 s and over an hour.
+K = 5, k_neg = 4, γ = 1e-5, σ = 0.5, all 159 default orders), and σ calibration with them on
+that setting and the relational demo's Cora one; the README (*Accounting speed*) gives the
+numbers and the machine load they were measured under. The paper's own code needs ~7 s and over
+an hour.
 
 >>> import numpy as np
 >>> eps = thm3_rdp([2.0, 2.5, 8.0], sigma=1.0, gamma=0.01, m=10_000, n=10_000, K=1, k_neg=0)
