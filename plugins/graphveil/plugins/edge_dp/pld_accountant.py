@@ -121,12 +121,15 @@ class EdgePldAccountant(EdgeRdpAccountant):
 
     def _grid_epsilon(self, grid: float, steps: int, delta: float) -> Callable[[float], float]:
         """σ ↦ ε at δ of the history and ``steps`` more steps at σ, on the loss grid ``grid``
-        (uncached: calibration's searches on coarser grids)."""
+        (calibration's searches on coarser grids; each σ computed once per function)."""
         taken = self._compose(self._history, grid)
+        known: dict[float, float] = {}
 
         def epsilon(sigma: float) -> float:
-            pld = self._step_pld(sigma, grid).self_compose(steps)
-            return float((pld if taken is None else taken.compose(pld)).get_epsilon_for_delta(delta))
+            if sigma not in known:
+                pld = self._step_pld(sigma, grid).self_compose(steps)
+                known[sigma] = float((pld if taken is None else taken.compose(pld)).get_epsilon_for_delta(delta))
+            return known[sigma]
 
         return epsilon
 
