@@ -224,3 +224,13 @@ def test_the_flower_app_ships_as_the_sites_approve_it(installed: Installed) -> N
 def test_the_extras_install(dist: Dist, installed: Installed) -> None:
     _ok(installed.pip("install", "-q", f"{dist.wheel}[sql,mlflow]"))
     _ok(installed.run("python", "-c", "import sqlalchemy, psycopg, sqlglot, mlflow"))
+
+
+def test_a_generated_plugin_installs_editable_and_passes_its_tests(installed: Installed) -> None:
+    """The handbook's steps (docs/how-to/write-a-plugin.md) with the templates the wheel ships."""
+    _ok(installed.run("graphveil", "plugin", "new", "wheel_probe", "--family", "sampler"))
+    _ok(installed.pip("install", "-q", "-e", f"{installed.cwd / 'wheel_probe'}[test]"))
+    listing = _ok(installed.run("graphveil", "plugins")).stdout
+    assert any(line.split()[:2] == ["wheel_probe", "[wheel_probe]"] for line in listing.splitlines())
+    tests = _ok(installed.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "wheel_probe", timeout=1800))
+    assert "7 passed" in tests.stdout, tests.stdout[-2000:]

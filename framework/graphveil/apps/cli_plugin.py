@@ -118,7 +118,7 @@ def add_plugin_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_plugin_new(args: argparse.Namespace) -> int:
     target = new_plugin(args.name, args.family, Path(args.dir))
     print(f"wrote {target}/ ({args.family} {args.name!r}); next:\n"
-          f"  pip install -e {target}\n  graphveil plugins\n  python -m pytest {target}")
+          f"  pip install -e '{target}[test]'\n  graphveil plugins\n  python -m pytest {target}")
     return 0
 
 
