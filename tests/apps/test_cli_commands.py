@@ -62,3 +62,23 @@ def test_core_cli_modules_import_no_connector_or_plugin() -> None:
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_version_prints_the_one_version_even_with_a_broken_plugin(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import graphveil
+    import graphveil.apps.cli as cli
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"graphveil {graphveil.__version__}\n"
+
+    def broken() -> None:
+        raise PluginError("plugin 'x' is broken")
+
+    monkeypatch.setattr(cli, "build_parser", broken)  # a plugin that fails to load
+    assert cli.main(["--version"]) == 0 and capsys.readouterr().out == f"graphveil {graphveil.__version__}\n"
+    assert cli.main(["plugins"]) == 2 and "broken" in capsys.readouterr().err
+    monkeypatch.undo()
+    with pytest.raises(SystemExit) as done:  # argparse's --version too, also after other options
+        cli.main(["-v", "--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == f"graphveil {graphveil.__version__}\n"

@@ -18,17 +18,19 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import RandomNodeSplit
 from torch_geometric.utils import homophily, to_undirected
 
+from graphveil.data.synthetic import (
+    _block_edges,
+    class_insensitive_homophily,
+    csbm,
+    csbm_phi,
+    phi_to_lambda_mu,
+)
 from graphveil.transforms import (
     EDGE_KEY_BYTES,
     DegreeCap,
     DpGnnPreprocess,
     OutDegreeBound,
-    _block_edges,
-    class_insensitive_homophily,
-    csbm,
-    csbm_phi,
     edge_priorities,
-    phi_to_lambda_mu,
 )
 
 P_MIN = 1e-4  # chi-square p-value floor; the biased controls below reach < 1e-20

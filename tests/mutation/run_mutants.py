@@ -180,20 +180,80 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pure-eps-bound", "the max-divergence half of a pure-ε event's RDP (zCDP bound alone)",
         (("framework/graphveil/privacy/rdp_accountant.py",
-          "            return np.minimum(eps, self.orders * eps**2 / 2.0)\n",
-          "            return self.orders * eps**2 / 2.0  # MUTANT: min dropped\n"),),
+          "            return np.minimum(eps, grid * eps**2 / 2.0)\n",
+          "            return grid * eps**2 / 2.0  # MUTANT: min dropped\n"),),
     ),
     Mutant(
         "window-feasible", "σ calibration's exact test of the window (ε within 1 % of the target accepted)",
         (("framework/graphveil/privacy/order_window.py",
-          "            if eps[i] <= target:\n",
-          "            if eps[i] <= target * 1.01:  # MUTANT\n"),),
+          "        return self._search(sigma, planned, target, estimate=False) <= target\n",
+          "        return self._search(sigma, planned, target, estimate=False) <= target * 1.01  # MUTANT\n"),),
     ),
     Mutant(
         "window-convex-bound", "the convexity bound below the window (the secant slope taken as 0: too high)",
         (("framework/graphveil/privacy/order_window.py",
           "                below = np.maximum(0.0, k0 - slope * (a[lo] - a[:lo])) / (a[:lo] - 1)\n",
           "                below = np.maximum(0.0, k0) / (a[:lo] - 1)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "window-growth", "the order window's gradual growth (it jumps to every order that might: the top of the "
+        "grid, the coupled bounds' costliest)",
+        (("framework/graphveil/privacy/order_window.py",
+          "            hi = min(max(hi, int(might.max())), hi + grow, max(top, hi + 1))\n",
+          "            hi = max(hi, int(might.max()))  # MUTANT\n"),),
+    ),
+    Mutant(
+        "window-estimate-slack", "the window's ε estimate searched until no order outside may be lower (its "
+        "smallest ε taken at once)",
+        (("framework/graphveil/privacy/order_window.py",
+          "                might = np.flatnonzero(bound < smallest / (1.0 + share))\n",
+          "                might = np.flatnonzero(bound < 0.0 * smallest)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "window-lazy-release-bound", "the bound on a lazily computed release above the window (its value at the "
+        "window's top, monotone in α) taken too high",
+        (("framework/graphveil/privacy/order_window.py",
+          "        out[hi + 1:] = max(0.0, top) if np.isfinite(top) else 0.0\n",
+          "        out[hi + 1:] = 2.0 * max(0.0, top) + 1.0 if np.isfinite(top) else 0.0  # MUTANT\n"),),
+    ),
+    Mutant(
+        "guided-verify", "the guided calibration's exact check of a returned σ it inferred by monotonicity",
+        (("framework/graphveil/privacy/rdp_accountant.py",
+          "    if met is None:  # inferred: decide it\n        met = known.record(sigma, bool(decide(sigma)))\n",
+          "    if met is None:  # MUTANT: the inferred answer trusted\n        met = True\n"),),
+    ),
+    Mutant(
+        "guided-prediction-exact", "the guided calibration's exact decision at the predicted bracket's end "
+        "(the prediction, from a rough bound, taken as if decided)",
+        (("framework/graphveil/privacy/rdp_accountant.py",
+          "    if not known(hi):\n        return hi\n",
+          "    if not known.record(hi, hi >= guess):  # MUTANT\n        return hi\n"),),
+    ),
+    Mutant(
+        "planned-release-key", "a release's cached RDP keyed by its event (keyed by its name: a calibrated "
+        "release's curve at an earlier σ reused)",
+        (("framework/graphveil/privacy/rdp_accountant.py",
+          "                    key = repr(event)\n",
+          "                    key = name  # MUTANT\n"),),
+    ),
+    Mutant(
+        "lattice-row-offset", "the closed form's per-row column offset (every row shifted by the smallest drop)",
+        (("plugins/graphveil/plugins/entity_dp/coupled_rdp.py",
+          "    return kept, offset + first[:, None]\n",
+          "    return kept, offset + first.min()  # MUTANT\n"),),
+    ),
+    Mutant(
+        "lattice-prune-nats", "the closed form's column pruning margin (5 nats instead of 100)",
+        (("plugins/graphveil/plugins/entity_dp/coupled_rdp.py",
+          "_PRUNE_NATS = 100.0\n",
+          "_PRUNE_NATS = 5.0  # MUTANT\n"),),
+    ),
+    Mutant(
+        "pld-exact-search", "edge_pld calibration's search on its own grid (the extrapolated coarse root returned)",
+        (("plugins/graphveil/plugins/edge_dp/pld_accountant.py",
+          "        sigma, _ = log_secant_search(exact_epsilon, target, lower=low, upper=sigma_rdp, rtol=rtol,\n"
+          "                                     guess=guess, slope=slope)\n",
+          "        sigma = guess if guess is not None else sigma_rdp  # MUTANT\n"),),
     ),
     Mutant(
         "quad-converged", "the h-vs-2h agreement test of the coupled bounds' quadrature (first step accepted)",
@@ -672,6 +732,34 @@ MUTANTS: tuple[Mutant, ...] = (
         (("framework/graphveil/apps/plugin_template/accountant.py.tmpl",
           "        return np.asarray(compute_rdp(q=self.rate, noise_multiplier=noise_multiplier, steps=1,\n",
           "        return np.asarray(compute_rdp(q=self.rate, noise_multiplier=2 * noise_multiplier, steps=1,  # MUTANT\n"),),
+        note="killed by the generated package's own test, run by tests/apps/test_plugin_new.py (slow)",
+    ),
+    Mutant(
+        "scaffold-sampler-wor", "`graphveil plugin new`'s sampler: uniform draw without replacement (with replacement)",
+        (("framework/graphveil/apps/plugin_template/sampler.py.tmpl",
+          "        return NodeBatch(torch.randperm(n, generator=generator)[:b])  # a uniform b-subset\n",
+          "        return NodeBatch(torch.randint(0, n, (b,), generator=generator))  # MUTANT: with replacement\n"),),
+        note="killed by the generated package's own test, run by tests/apps/test_plugin_new.py (slow)",
+    ),
+    Mutant(
+        "scaffold-mechanism-clip", "`graphveil plugin new`'s mechanism: row clipping before the sum",
+        (("framework/graphveil/apps/plugin_template/mechanism.py.tmpl",
+          "        clipped = rows * (self.ROW_NORM / rows.norm(dim=1, keepdim=True).clamp_min(self.ROW_NORM))\n",
+          "        clipped = rows  # MUTANT: rows not clipped\n"),),
+        note="killed by the generated package's own test, run by tests/apps/test_plugin_new.py (slow)",
+    ),
+    Mutant(
+        "scaffold-mechanism-noise", "`graphveil plugin new`'s mechanism: noise std s (s/2 added, s accounted)",
+        (("framework/graphveil/apps/plugin_template/mechanism.py.tmpl",
+          "        noise.add_([total], self.params.noise_std)\n",
+          "        noise.add_([total], self.params.noise_std / 2)  # MUTANT: half the noise\n"),),
+        note="killed by the generated package's own test, run by tests/apps/test_plugin_new.py (slow)",
+    ),
+    Mutant(
+        "scaffold-mechanism-event", "`graphveil plugin new`'s mechanism: noise multiplier s / sensitivity (s accounted)",
+        (("framework/graphveil/apps/plugin_template/mechanism.py.tmpl",
+          "        return dp_accounting.GaussianDpEvent(self.params.noise_std / self.sensitivity())\n",
+          "        return dp_accounting.GaussianDpEvent(self.params.noise_std)  # MUTANT: sensitivity ignored\n"),),
         note="killed by the generated package's own test, run by tests/apps/test_plugin_new.py (slow)",
     ),
     Mutant(

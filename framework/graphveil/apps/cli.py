@@ -20,6 +20,13 @@ from graphveil.contract.host import FAMILIES, PluginHost, default_host
 EXIT_USAGE = 2
 
 
+def version_line() -> str:
+    """What ``graphveil --version`` prints: the one version number (``graphveil.__version__``)."""
+    import graphveil
+
+    return f"graphveil {graphveil.__version__}"
+
+
 def _offline() -> None:
     # Nothing may download at run time: models come from packages or local folders.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -96,6 +103,7 @@ def build_parser(host: PluginHost | None = None) -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="graphveil", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="train from a YAML run config")
@@ -142,6 +150,9 @@ def build_parser(host: PluginHost | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     _offline()
+    if (sys.argv[1:] if argv is None else argv) == ["--version"]:
+        print(version_line())  # before any plugin is loaded: answers even when one is broken
+        return 0
     try:
         parser = build_parser()  # loads the plugins: a broken one is a one-line error too
     except GraphVeilError as exc:

@@ -1,9 +1,11 @@
 """``graphveil plugin new NAME``: write a ready plugin package to start from.
 
 The package (folder ``NAME/``) holds a ``pyproject.toml`` declaring the ``graphveil`` entry
-point, the module ``src/NAME.py`` with one component of the chosen family (its pydantic ``Params``
-and the profile the invariant check reads), a README, and ``tests/test_NAME.py``, which loads the
-component through :class:`~graphveil.contract.host.PluginHost` and checks what it promises. As written it
+point, the module ``src/NAME.py`` with one component of the chosen family (every family a user
+extends: sampler, clipper, accountant, encoder, model, task, mechanism, method, data source; its
+pydantic ``Params`` and what the invariant check reads), a README, and ``tests/test_NAME.py``,
+which loads the component through :class:`~graphveil.contract.host.PluginHost`, checks what it
+promises and, for most families, runs it in a short run on bundled Cora. As written it
 installs (``pip install -e NAME``) and passes its own test. The templates are the files of
 ``graphveil/apps/plugin_template/`` (package data), filled in with :class:`string.Template`.
 """
@@ -35,8 +37,21 @@ class Family:
     notes: str
 
 
+# The run-config lines a node-level template's component runs with (paper 4's DP-MLP on Cora).
+_CORA_NODES = "data: {source: planetoid, name: cora, split: {kind: random_node, seed: 0}}\n"
+_NODE_LEVEL = ("sampler: {name: node_uniform_wor, batch_size: 64}\nclipper: {name: per_node_clip, clip_norm: 1.0}\n"
+               "accountant: {name: node_rdp}\n")
+_NODE_TASK = "task: {name: node_classification}\nmodel: {name: mlp}\n"
+
 #: the families with a template (each one of the host's :data:`~graphveil.contract.host.FAMILIES`)
 SCAFFOLDS: dict[str, Family] = {
+    "sampler": Family(
+        "Sampler",
+        _CORA_NODES + "sampler: {name: ${name}, batch_size: 64}\nclipper: {name: per_node_clip, clip_norm: 1.0}\n"
+        "accountant: {name: node_rdp}\n" + _NODE_TASK,
+        "The sampler declares fixed-size batches drawn uniformly without replacement under node-level "
+        "DP, the pair the built-in `per_node_clip` and `node_rdp` analyse; its test checks that the "
+        "batches are drawn from that distribution and that a run uses it."),
     "clipper": Family(
         "Clipper",
         "sampler: {name: edge_poisson_decoupled, batch_size: 32, k_neg: 4}\n"
@@ -49,6 +64,41 @@ SCAFFOLDS: dict[str, Family] = {
         "clipper: {name: per_tuple_clip, clip_norm: 1.0}\naccountant: {name: ${name}}",
         "The accountant analyses the (Poisson, per-tuple edge clipping) pair of the built-in "
         "edge-level sampler and clipper; its test checks its ε against the built-in `edge_rdp`."),
+    "encoder": Family(
+        "Encoder",
+        "data: {source: planetoid, name: cora, split: {train_fraction: 0.7, seed: 0}}\n"
+        "sampler: {name: edge_poisson_decoupled, batch_size: 256, k_neg: 4}\n"
+        "clipper: {name: per_tuple_clip, clip_norm: 1.0}\naccountant: {name: edge_rdp}\n"
+        "encoder: {name: ${name}, dim: 64}",
+        "The encoder embeds each entity from its own feature vector, so per-tuple gradients are exact; "
+        "its test checks them against one entity at a time and trains it in an edge-level run."),
+    "model": Family(
+        "Model",
+        _CORA_NODES + _NODE_LEVEL + "task: {name: node_classification}\nmodel: {name: ${name}, hidden: 64}",
+        "The model declares that row i of its output reads node i alone (structure `rows`), which the "
+        "node-level accountant requires; its test checks the per-node gradients and trains it in a run."),
+    "task": Family(
+        "Task",
+        _CORA_NODES + _NODE_LEVEL + "task: {name: ${name}, label_smoothing: 0.1}\nmodel: {name: mlp}",
+        "The task gives one loss per node and reports test accuracy and macro-F1; its test checks both "
+        "and runs it with the built-in node-level components."),
+    "mechanism": Family(
+        "Mechanism",
+        _CORA_NODES + _NODE_LEVEL + _NODE_TASK + "mechanisms:\n  - {name: ${name}, noise_std: 10.0}",
+        "The mechanism releases the noisy mean of the training nodes' clipped features once; its test "
+        "checks the sensitivity it states on random graphs, the noise it adds, and that the run's ε "
+        "includes the release."),
+    "method": Family(
+        "Method",
+        _CORA_NODES + _NODE_LEVEL + _NODE_TASK + "method: {name: ${name}}",
+        "The method runs the config's releases, trains, then post-processes the released model; its "
+        "test checks the stages and that post-processing adds nothing to ε."),
+    "data_source": Family(
+        "Source",
+        "data: {source: ${name}, nodes: nodes.csv, edges: edges.csv, split: {kind: random_node, seed: 0}}\n"
+        + _NODE_LEVEL + _NODE_TASK,
+        "The data source reads a node CSV (id, label, features) and an edge CSV (source, target); a "
+        "bad row is an error naming the file and line. Its test checks what it reads and trains on it."),
 }
 
 
@@ -68,7 +118,7 @@ def add_plugin_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_plugin_new(args: argparse.Namespace) -> int:
     target = new_plugin(args.name, args.family, Path(args.dir))
     print(f"wrote {target}/ ({args.family} {args.name!r}); next:\n"
-          f"  pip install -e {target}\n  graphveil plugins\n  python -m pytest {target}")
+          f"  pip install -e '{target}[test]'\n  graphveil plugins\n  python -m pytest {target}")
     return 0
 
 
@@ -86,7 +136,7 @@ def new_plugin(name: str, family: str, parent: Path) -> Path:
     scaffold = SCAFFOLDS[family]
     words = {"name": name, "family": family,
              "cls": "".join(part.capitalize() for part in name.split("_")) + scaffold.class_suffix}
-    words["usage"] = Template(scaffold.usage).substitute(words)
+    words["usage"] = Template(scaffold.usage).substitute(words).rstrip()
     words["notes"] = scaffold.notes
     files = {
         "pyproject.toml": "pyproject.toml.tmpl",

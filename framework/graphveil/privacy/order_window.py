@@ -11,10 +11,19 @@ bounds every order outside the window from below by two facts of Rényi divergen
   the window's two lowest orders to their left, and above the line through its two highest
   orders to their right (a convex function's slope only grows).
 
+The rest of the plan's RDP (releases, composed with the steps) may be given on the whole grid
+or computed where the window looks; then it is bounded outside the window by monotonicity alone
+(by 0 below, by its value at the window's top above), the convexity argument being left to the
+steps' curve (a pure-ε release's min(ε, αε²/2) has a concave kink).
+
 The answer is "yes" when some order of the window meets the target (ε on a subset of the grid
 is an upper bound on ε over the grid, so this is exact), "no" when no order of the window does
 and every bound outside it exceeds the target; otherwise the window grows toward the orders that
-might and the test is repeated (at worst over the whole grid). Each RDP curve the accountants
+might and the test is repeated (at worst over the whole grid). It grows by :data:`RADIUS` orders
+on a side, then twice as many each time: a wider window has steeper secants, so its bounds rule
+out far orders that a narrow one cannot; and upward by at most a doubling of α, since a high
+order is what costs the coupled bounds most (before issue 29 the window jumped to every order
+that might, often the top of the grid: the same decisions, several times the work). Each RDP curve the accountants
 compute is such a divergence bound built from moments (a sum or maximum of log-convex moment
 functions), so the bounds hold for the curves themselves; were one to fail, the only effect is a
 "no" where the whole grid says "yes": calibration returns a larger σ (more noise), never a smaller.
@@ -29,10 +38,15 @@ import numpy as np
 
 #: orders on each side of the last optimum evaluated first
 RADIUS = 3
+#: :meth:`OrderWindow.epsilon` estimates ε to within this share of |log(ε/target)| (relative)
+ESTIMATE_SHARE = 0.01
+#: the RDP of the rest of the plan (releases) on the whole grid, or a function giving it at the
+#: orders of an index array (computed only where the window looks)
+Planned = np.ndarray | Callable[[np.ndarray], np.ndarray]
 
 
 class OrderWindow:
-    """Exact ``ε(σ) ≤ target`` on the grid ``orders`` from RDP at as few orders as needed.
+    """Exact ``ε(σ) ≤ target``, or ε(σ) itself, on the grid ``orders`` from RDP at as few orders as needed.
 
     :param orders: the sorted order grid.
     :param per_step: ``per_step(σ, index)`` → per-step RDP at ``orders[index]``.
@@ -50,34 +64,73 @@ class OrderWindow:
         # no information yet: the order at which the conversion alone is cheapest for ε ≈ 1
         self.best = int(np.argmin(self.conv + self.orders))
         self.evaluated = 0  # orders evaluated in all (for tests and benchmarks)
+        self.offset = 0.0  # the conversion's term at the last optimum: the part of ε that σ does not scale
 
-    def feasible(self, sigma: float, planned: np.ndarray, target: float) -> bool:
-        """Whether min over the grid of ε_α(σ) ≤ target, ``planned`` the other RDP (full grid)."""
+    def feasible(self, sigma: float, planned: Planned, target: float) -> bool:
+        """Whether min over the grid of ε_α(σ) ≤ target, ``planned`` the other RDP (:data:`Planned`)."""
+        return self._search(sigma, planned, target, estimate=False) <= target
+
+    def epsilon(self, sigma: float, planned: Planned, target: float) -> float:
+        """An estimate ε̂ of ε(σ) = min over the grid of ε_α(σ) with ε ≤ ε̂ ≤ (1 + τ)·ε, τ =
+        :data:`ESTIMATE_SHARE`·|log(ε̂/target)|: the window grows until no bound outside it is
+        below ε̂/(1 + τ). Exact as ε̂ nears the target; ε̂ ≤ target exactly when ε ≤ target."""
+        return self._search(sigma, planned, target, estimate=True)
+
+    def _search(self, sigma: float, planned: Planned, target: float, *, estimate: bool) -> float:
+        """The smallest ε of the window once it decides: for :meth:`feasible`, a value ≤ target
+        (some order meets it; the grid's ε is at most this) or, when every bound outside exceeds
+        the target, the window's smallest ε (> target); for :meth:`epsilon`, its estimate."""
         n = self.orders.size
-        rho = np.full(n, np.nan)
+        rho, other = np.full(n, np.nan), np.full(n, np.nan)
+        lazy = callable(planned)
+        if not lazy:
+            other[:] = planned
         lo, hi = max(0, self.best - RADIUS), min(n - 1, self.best + RADIUS)
         if hi - lo < 1:  # the lower bound needs two orders
             lo, hi = max(0, hi - 1), min(n - 1, lo + 1)
         known_lo, known_hi = lo, lo - 1  # nothing evaluated yet
+        grow = RADIUS
         while True:
             need = np.arange(lo, hi + 1)
             need = need[(need < known_lo) | (need > known_hi)]
             if need.size:
                 rho[need] = np.asarray(self.per_step(sigma, need), dtype=float)
+                if lazy:
+                    other[need] = np.asarray(planned(need), dtype=float)
                 self.evaluated += need.size
                 known_lo, known_hi = min(known_lo, lo), max(known_hi, hi)
             window = slice(lo, hi + 1)
-            r = np.maximum(planned[window] + self.steps * rho[window], 0.0)
+            r = np.maximum(other[window] + self.steps * rho[window], 0.0)
             eps = np.where(np.isfinite(r), r + self.conv[window], np.inf)
             i = int(np.argmin(eps))
             self.best = lo + i
-            if eps[i] <= target:
-                return True
-            bound = self._lower_bounds(rho, lo, hi, planned)
-            might = np.flatnonzero(bound <= target)
+            self.offset = float(self.conv[self.best])
+            smallest = max(0.0, float(eps[i]))  # ε is clamped at 0 (rdp_to_epsilon)
+            if not estimate and smallest <= target:
+                return smallest
+            bound = self._lower_bounds(rho, lo, hi, self._other_below(other, lo, hi) if lazy else other)
+            if estimate:  # orders whose ε might lie below ε̂/(1 + τ)
+                share = ESTIMATE_SHARE * abs(math.log(smallest / target)) if 0 < smallest < math.inf else 0.0
+                might = np.flatnonzero(bound < smallest / (1.0 + share))
+            else:
+                might = np.flatnonzero(bound <= target)
             if not might.size:
-                return False
-            lo, hi = min(lo, int(might.min())), max(hi, int(might.max()))
+                return smallest
+            lo = max(min(lo, int(might.min())), lo - grow)
+            # upward by at most a doubling of α too: a high order costs the coupled bounds the most
+            top = int(np.searchsorted(self.orders, 2.0 * self.orders[hi], side="right")) - 1
+            hi = min(max(hi, int(might.max())), hi + grow, max(top, hi + 1))
+            grow *= 2
+
+    @staticmethod
+    def _other_below(other: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """The other RDP where known ([lo, hi]), and below it elsewhere: ≥ 0 below the window,
+        ≥ its value at the window's top order above (RDP is non-decreasing in α)."""
+        out = np.zeros_like(other)
+        out[lo:hi + 1] = other[lo:hi + 1]
+        top = other[hi]
+        out[hi + 1:] = max(0.0, top) if np.isfinite(top) else 0.0
+        return out
 
     def _lower_bounds(self, rho: np.ndarray, lo: int, hi: int, planned: np.ndarray) -> np.ndarray:
         """Lower bounds on ε_α for the orders outside [lo, hi] (+inf inside)."""

@@ -106,6 +106,168 @@ def bisect_sigma(epsilon_at: Callable[[float], float], target_epsilon: float, *,
     return hi
 
 
+class KnownDecisions:
+    """Answers to "ε(σ) ≤ target?" from exact evaluations, extended by monotonicity.
+
+    ε(σ) is non-increasing in σ (more noise is post-processing), so a σ at or above one that met
+    the target meets it, and a σ at or below one that missed misses it; only a σ strictly between
+    the two is evaluated (``decide``, exact). :attr:`exact` holds every σ evaluated and its answer.
+    """
+
+    def __init__(self, decide: Callable[[float], bool]) -> None:
+        self.decide = decide
+        self.met, self.missed = math.inf, 0.0
+        self.exact: dict[float, bool] = {}
+
+    def record(self, sigma: float, met: bool) -> bool:
+        """Note an exact answer at σ (from ``decide`` or another exact evaluation)."""
+        self.exact[sigma] = met
+        if met:
+            self.met = min(self.met, sigma)
+        else:
+            self.missed = max(self.missed, sigma)
+        return met
+
+    def __call__(self, sigma: float) -> bool:
+        if sigma in self.exact:
+            return self.exact[sigma]
+        if sigma >= self.met:
+            return True
+        if sigma <= self.missed:
+            return False
+        return self.record(sigma, bool(self.decide(sigma)))
+
+
+#: the localising secant stops once its step is below rtol / this (the prediction error is then
+#: of the order of the step squared)
+_SETTLED = 8.0
+#: at most this many localising evaluations; a step moves σ by at most a factor _JUMP
+_LOCALISE = 8
+_JUMP = 64.0
+#: predicted brackets checked at most (each costs two exact decisions)
+_PREDICTIONS = 3
+
+
+def guided_bisect_sigma(decide: Callable[[float], bool], epsilon_at: Callable[[float], tuple[float, float]],
+                        target_epsilon: float, *, sigma_range: tuple[float, float], rtol: float,
+                        start: tuple[float, float] | None = None) -> float:
+    """:func:`bisect_sigma`'s σ (the same one) from far fewer exact evaluations.
+
+    ``decide(σ)`` tells exactly whether ε(σ) ≤ target. ``epsilon_at(σ)`` → (ε̂, c): an estimate
+    ε̂ ≥ ε(σ), close enough to aim and ≤ target exactly when ε(σ) ≤ target (its answers are kept
+    as exact ones), and the part c of it that does not shrink with σ (the RDP conversion's term
+    at the optimal order, :meth:`~graphveil.privacy.order_window.OrderWindow.epsilon`).
+
+    The root is predicted by ``start`` = (σ, d log ε / d log σ) if given (a root a cheaper
+    approximation located), else by :func:`localise_root` on ``epsilon_at``. :func:`bisect_sigma`
+    is then run once on the predicted root, evaluating nothing, to find the bracket [lo, hi] it
+    would end in; ``decide`` at lo and hi makes every answer of the real bisection known
+    (:class:`KnownDecisions`: each of its probes lies at or below lo or at or above hi), so it
+    ends in the same bracket and returns hi, which met the target exactly. If lo or hi answers
+    against the prediction, the secant re-aims from there with ``epsilon_at`` (up to
+    :data:`_PREDICTIONS` predictions); a prediction that still misses only costs evaluations:
+    the real bisection evaluates what it does not know. The σ returned is always one ``decide``
+    (or ``epsilon_at``) found to meet the target; were an answer inferred by monotonicity wrong
+    at the returned σ, the plain bisection on ``decide`` is run instead.
+
+    :raises PrivacyError: if even the largest σ of the range misses the target.
+    """
+    known = KnownDecisions(decide)
+    target = float(target_epsilon)
+
+    def meets(sigma: float) -> float:
+        return target if known(sigma) else math.inf
+
+    found = start or localise_root(epsilon_at, target, sigma_range=sigma_range, rtol=rtol, known=known)
+    for _ in range(_PREDICTIONS):
+        if found is None:
+            break
+        wrong = _check_prediction(known, found[0], target, sigma_range, rtol)
+        if wrong is None:
+            break
+        # re-aim from the σ that contradicted the prediction, with the exact estimate
+        found = localise_root(epsilon_at, target, sigma_range=sigma_range, rtol=rtol, start=(wrong, found[1]),
+                              known=known)
+    sigma = bisect_sigma(meets, target, sigma_range=sigma_range, rtol=rtol)
+    met = known.exact.get(sigma)
+    if met is None:  # inferred: decide it
+        met = known.record(sigma, bool(decide(sigma)))
+    if not met:  # ε(σ) was not monotone after all (rounding): the bisection's own evaluations
+        return bisect_sigma(lambda s: target if decide(s) else math.inf, target, sigma_range=sigma_range,
+                            rtol=rtol)
+    return sigma
+
+
+def _check_prediction(known: KnownDecisions, guess: float, target: float, sigma_range: tuple[float, float],
+                      rtol: float) -> float | None:
+    """Decide (exactly) the ends of the bracket :func:`bisect_sigma` ends in if its root is at
+    ``guess``; the end whose answer contradicts that, or None if both agree (or the root is past
+    the range's top end, which the real bisection reports)."""
+    probes: list[float] = []
+
+    def would(sigma: float) -> float:  # the bisection's answers were the root at ``guess``
+        probes.append(sigma)
+        return target if sigma >= guess else math.inf
+
+    try:
+        hi = bisect_sigma(would, target, sigma_range=sigma_range, rtol=rtol)
+    except PrivacyError:
+        return None
+    if not known(hi):
+        return hi
+    missed = [p for p in probes if p < guess]
+    if missed and known(max(missed)):
+        return max(missed)
+    return None
+
+
+def localise_root(epsilon_at: Callable[[float], tuple[float, float]], target: float, *,
+                  sigma_range: tuple[float, float], rtol: float, start: tuple[float, float] | None = None,
+                  known: KnownDecisions | None = None) -> tuple[float, float] | None:
+    """(σ, slope): where ε(σ) = target by a secant, once its step is below rtol / _SETTLED.
+
+    ``epsilon_at(σ)`` → (ε̂, c) as for :func:`guided_bisect_sigma`. From σ = 1 (where
+    :func:`bisect_sigma` starts) or ``start`` = (σ, d log ε / d log σ), each step aims at the
+    target along the secant through the last two points. While the last two points have the
+    same c (the same optimal order) the secant runs in (log σ, log(ε − c)), in which the RDP
+    part ε − c is close to a power of σ where ε itself is not (at the paper's Thm C.1 root,
+    ε − c ∝ σ^−57 beside c ≈ 7.5); otherwise in (log σ, log ε). Each answer ε̂ ≤ target is noted in
+    ``known`` if given (only for exact estimates). ``None`` if the secant does not settle in
+    _LOCALISE evaluations (or ε = 0 or ∞, or it runs into a range end); slope is d log ε / d log σ.
+    """
+    lo_limit, hi_limit = (math.log(v) for v in sigma_range)
+    x, slope = min(max(0.0, lo_limit), hi_limit), -1.0  # ε ∝ 1/σ until the first secant
+    if start is not None:
+        x = min(max(math.log(start[0]), lo_limit), hi_limit)
+        slope = start[1] if math.isfinite(start[1]) and start[1] < 0 else slope
+    points: list[tuple[float, float, float]] = []  # (log σ, ε̂, c)
+    for _ in range(_LOCALISE):
+        sigma = math.exp(x)
+        eps, fixed = (float(v) for v in epsilon_at(sigma))
+        if known is not None:
+            known.record(sigma, eps <= target)
+        if not 0.0 < eps < math.inf:
+            return None
+        points.append((x, eps, fixed))
+        c = 0.0
+        if len(points) >= 2 and points[-1][0] != points[-2][0]:
+            (x0, e0, c0), (x1, e1, c1) = points[-2:]
+            if c0 == c1 and 0.0 <= c1 < min(e0, e1, target):
+                c = c1
+            secant = (math.log(e1 - c) - math.log(e0 - c)) / (x1 - x0)
+            if math.isfinite(secant) and secant < 0:
+                slope = secant * (e1 - c) / e1  # d log ε / d log σ at the latest point
+        step = (math.log(target - c) - math.log(eps - c)) / (slope * eps / (eps - c))
+        step = min(max(step, -math.log(_JUMP)), math.log(_JUMP))
+        nxt = min(max(x + step, lo_limit), hi_limit)
+        if abs(nxt - x) <= rtol / _SETTLED:
+            return math.exp(nxt), slope
+        if nxt == x:
+            return None
+        x = nxt
+    return None
+
+
 class RdpParams(BaseModel):
     """Options of an RDP accountant: the order grid."""
 
@@ -155,6 +317,13 @@ class RdpAccountantBase(Accountant):
         """RDP ε(α) of one step at noise multiplier σ, for every α in ``orders`` (default:
         ``self.orders``); each order's value must not depend on the other orders asked for."""
 
+    def rough_per_step_rdp(self, noise_multiplier: float, orders: Sequence[float]) -> np.ndarray:
+        """A cheaper approximation of :meth:`per_step_rdp` at ``orders``, which :meth:`calibrate`
+        aims with before it evaluates the exact curve (it never decides anything with it). An
+        accountant with one overrides this; the base has none (calibrate then aims with the
+        exact curve)."""
+        raise NotImplementedError
+
     def _step_orders(self, orders: Sequence[float] | None) -> np.ndarray:
         """The orders a :meth:`per_step_rdp` call evaluates: ``self.orders`` if ``orders`` is
         None, else ``orders`` as given (a float array, same order).
@@ -203,8 +372,9 @@ class RdpAccountantBase(Accountant):
         self._events.append((str(name), self.event_rdp(event, name)))
         self._pure.append(_pure_epsilon(event))
 
-    def event_rdp(self, event: Any, name: str) -> np.ndarray:
-        """RDP curve of a ``dp_accounting`` event on this accountant's orders.
+    def event_rdp(self, event: Any, name: str, orders: np.ndarray | None = None) -> np.ndarray:
+        """RDP curve of a ``dp_accounting`` event on this accountant's orders (or on ``orders``, some
+        of them: each order's value does not depend on the others asked).
 
         Gaussian, Laplace and other events: ``dp_accounting.rdp.RdpAccountant`` under the
         neighbouring relation of this accountant's unit (replace-one for replacement adjacency,
@@ -224,6 +394,7 @@ class RdpAccountantBase(Accountant):
         from graphveil.contract.units import Adjacency, UnitKind
         from graphveil.privacy.events import PureDpEvent
 
+        grid = self.orders if orders is None else np.asarray(orders, dtype=float)
         rel = dp_accounting.privacy_accountant.NeighboringRelation
         unit = getattr(self, "unit", None)
         relation = (rel.REPLACE_ONE if getattr(unit, "adjacency", None) is Adjacency.REPLACEMENT
@@ -232,18 +403,18 @@ class RdpAccountantBase(Accountant):
             eps = float(event.epsilon)
             if not (eps >= 0 and math.isfinite(eps)):
                 raise PrivacyError(f"release {name!r}: a pure ε-DP event needs a finite ε >= 0, got {event.epsilon!r}")
-            return np.minimum(eps, self.orders * eps**2 / 2.0)
+            return np.minimum(eps, grid * eps**2 / 2.0)
         if isinstance(event, dp_accounting.RandomizedResponseDpEvent):
             if getattr(unit, "kind", None) not in (UnitKind.EDGE, UnitKind.UNDIRECTED_EDGE):
                 raise PrivacyError(f"release {name!r}: randomized response on adjacency entries protects one "
                                    f"edge, not a {getattr(unit, 'kind', unit)!s} unit")
             relation = rel.REPLACE_ONE
         try:
-            curve = dp_event_rdp(event, self.orders, relation)
+            curve = dp_event_rdp(event, grid, relation)
         except _Unsupported as exc:
             raise PrivacyError(f"accountant {self.mechanism!r} cannot analyse release {name!r} "
                                f"({exc.args[0]}) under {relation.name} adjacency") from None
-        if curve.shape != self.orders.shape or np.isnan(curve).any():
+        if curve.shape != grid.shape or np.isnan(curve).any():
             raise PrivacyError(f"release {name!r} produced an invalid RDP curve")
         return curve
 
@@ -318,10 +489,13 @@ class RdpAccountantBase(Accountant):
         One budget for the whole plan: the one-shot releases composed so far count against the
         target, and so do the plan's releases still to come, ``releases(σ)`` → ``[(name,
         dp_accounting event)]`` (events of releases that take the shared σ depend on it; fixed
-        ones do not). Does not touch the history. Each bisection step evaluates the per-step RDP
-        only at the orders near the last optimum (:class:`~graphveil.privacy.order_window.OrderWindow`,
-        the same answers as the whole curve). :raises PrivacyError: on ε ≤ 0, a bad δ, fewer
-        than one step with no release, or a target no σ in :attr:`SIGMA_RANGE` meets.
+        ones do not). Does not touch the history. Each decision evaluates the per-step RDP, and
+        the releases', only at the orders near the last optimum
+        (:class:`~graphveil.privacy.order_window.OrderWindow`, the same answers as the whole
+        curve), and :func:`guided_bisect_sigma` returns the σ of the log-bisection from a handful
+        of decisions (the same σ as the bisection; issue 29), aiming first with
+        :meth:`rough_per_step_rdp` if the accountant has one. :raises PrivacyError: on ε ≤ 0, a
+        bad δ, fewer than one step with no release, or a target no σ in :attr:`SIGMA_RANGE` meets.
         """
         try:
             target = float(target_epsilon)
@@ -334,18 +508,30 @@ class RdpAccountantBase(Accountant):
         self._profile_state()
 
         composed = self.events_rdp()
-        # by the event's repr (events holding lists are not hashable): a fixed release's curve
-        # is computed once, not at every bisection step
-        curves: dict[str, np.ndarray] = {}
+        # a release's RDP by the event's repr (events holding lists are not hashable) and order: a
+        # fixed release is computed once, not at every σ tried, and only at the orders looked at
+        curves: dict[tuple[str, int], float] = {}
 
-        def planned(sigma: float) -> np.ndarray:
-            total = composed.copy()
-            for name, event in (releases(sigma) if releases is not None else ()):
-                key = repr(event)
-                if key not in curves:
-                    curves[key] = self.event_rdp(event, name)
-                total += curves[key]
-            return total
+        def planned_at(sigma: float) -> Callable[[np.ndarray], np.ndarray]:
+            """The plan's other RDP at σ (releases composed so far and to come), at given orders."""
+            events = list(releases(sigma)) if releases is not None else []
+
+            def at(index: np.ndarray) -> np.ndarray:
+                index = np.asarray(index, dtype=np.int64)
+                total = composed[index].copy()
+                for name, event in events:
+                    key = repr(event)
+                    missing = [int(i) for i in index if (key, int(i)) not in curves]
+                    if missing:
+                        values = self.event_rdp(event, name, orders=self.orders[missing])
+                        curves.update(((key, i), float(v)) for i, v in zip(missing, values, strict=True))
+                    total += np.array([curves[(key, int(i))] for i in index])
+                return total
+
+            return at
+
+        def planned(sigma: float) -> np.ndarray:  # on the whole grid
+            return planned_at(sigma)(np.arange(self.orders.size))
 
         def epsilon_at(sigma: float) -> float:
             curve = planned(sigma) + (steps * self.rdp_curve(sigma) if steps else 0.0)
@@ -358,14 +544,21 @@ class RdpAccountantBase(Accountant):
             return bisect_sigma(epsilon_at, target, sigma_range=self.SIGMA_RANGE, rtol=self.CALIBRATE_RTOL)
 
         # each bisection step asks only whether ε ≤ target: answered exactly from the orders
-        # near the optimum (OrderWindow), the same answers as the whole curve, so the same σ
+        # near the optimum (OrderWindow), the same answers as the whole curve, so the same σ; the
+        # guided bisection asks the window a handful of times instead of ~20 (same σ again)
         window = OrderWindow(self.orders, self._per_step_rdp_at, steps, delta)
-
-        def meets(sigma: float) -> float:  # ≤ target exactly when ε(σ) ≤ target
-            return target if window.feasible(sigma, planned(sigma), target) else math.inf
-
+        start = None
+        if type(self).rough_per_step_rdp is not RdpAccountantBase.rough_per_step_rdp:
+            # aim with the cheaper approximation first; it decides nothing
+            rough = OrderWindow(self.orders, lambda s, index: self.rough_per_step_rdp(s, self.orders[index]),
+                                steps, delta)
+            start = localise_root(lambda s: (rough.epsilon(s, planned_at(s), target), rough.offset), target,
+                                  sigma_range=self.SIGMA_RANGE, rtol=self.CALIBRATE_RTOL)
+            window.best = rough.best
         try:
-            return bisect_sigma(meets, target, sigma_range=self.SIGMA_RANGE, rtol=self.CALIBRATE_RTOL)
+            return guided_bisect_sigma(lambda s: window.feasible(s, planned_at(s), target),
+                                       lambda s: (window.epsilon(s, planned_at(s), target), window.offset), target,
+                                       sigma_range=self.SIGMA_RANGE, rtol=self.CALIBRATE_RTOL, start=start)
         except PrivacyError:
             top = self.SIGMA_RANGE[1]
             raise PrivacyError(f"target ε={target:g} is infeasible: even σ={top:g} gives "

@@ -144,6 +144,34 @@ def test_closed_form_agrees_with_quadrature_at_integer_orders(log_q: float, sigm
     np.testing.assert_allclose(C.log_psi_excess_quad(float(alpha), mixture, sigma), lat, rtol=1e-9)
 
 
+def _lattice_unpruned(alphas: list[int], log_w: np.ndarray, sigma: float) -> np.ndarray:
+    """log Σ_s c_s e^{s²/(2σ²)} with every coefficient of (Σ_μ w_μ e^{−μ²/(2σ²)} z^μ)^α kept."""
+    rows, width = log_w.shape
+    log_a = log_w - np.arange(width) ** 2 / (2.0 * sigma**2)
+    coef, out = log_a, {}
+    for power in range(1, max(alphas) + 1):
+        if power > 1:
+            new = np.full((rows, coef.shape[1] + width - 1), -np.inf)
+            for mu in range(width):
+                part = new[:, mu:mu + coef.shape[1]]
+                new[:, mu:mu + coef.shape[1]] = np.logaddexp(part, coef + log_a[:, mu:mu + 1])
+            coef = new
+        out[power] = logsumexp(coef + np.arange(coef.shape[1]) ** 2 / (2.0 * sigma**2), axis=1)
+    return np.stack([out[a] for a in alphas])
+
+
+@pytest.mark.parametrize("sigma", [0.4, 2.5, 40.0])
+def test_lattice_column_pruning_loses_nothing(sigma: float) -> None:
+    """The closed form drops columns per row (rows whose mixtures end at different means: ρ = 0
+    stops at μ = K, ρ = 1 starts at μ = 2); every coefficient kept gives the same values."""
+    log_w = C.thmc1_log_weights(0.2, 4, np.array([0.0, 0.05, 0.5, 1.0]))
+    orders = [2, 5, 17, 64, 160]
+    got = C.lattice_log_psi_int(orders, log_w, sigma)
+    reference = _lattice_unpruned(orders, log_w, sigma)
+    np.testing.assert_allclose(got, reference, rtol=1e-11)
+    np.testing.assert_allclose(C._log_expm1(got), C._log_expm1(reference), rtol=1e-11)
+
+
 def test_lattice_split_into_threads_equals_each_row_alone() -> None:
     """Many rows go to threads in halves; each row's values are those it gets alone (the
     halves put back in order, and a half's own column pruning changes nothing)."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 #: a probe aims this fraction of the tolerance (in log σ) beyond the predicted root, so that one
 #: probe on each side closes the bracket to within the tolerance
-_AIM = 0.45
+_AIM = 0.4
 #: after this many probes every further one bisects (a guard against slow secant progress)
 _SECANT_PROBES = 8
 

@@ -49,6 +49,9 @@ class CoupledRdpAccountant(RdpAccountantBase):
         (SamplingKind.COUPLED_POISSON_WOR, SensitivityKind.STANDARD_TUPLE_NODE),
     })
 
+    #: nodes of the binomial window in :meth:`rough_per_step_rdp`
+    ROUGH_NODES: ClassVar[int] = 32
+
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
         self._numbers: dict[str, Any] | None = None
@@ -91,6 +94,16 @@ class CoupledRdpAccountant(RdpAccountantBase):
             raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
         _, analysis = _THEOREMS[self._analysis]
         return analysis(self._step_orders(orders), sigma=noise_multiplier, **self._numbers)
+
+    def rough_per_step_rdp(self, noise_multiplier: float, orders: Sequence[float]) -> np.ndarray:
+        """The bound with at most :data:`ROUGH_NODES` nodes of the binomial window (the chord
+        bound between them; ~5x cheaper at the paper's and the demo's settings, within 0.5 % of
+        the curve): what :meth:`calibrate` aims with before the exact curve decides."""
+        if self._numbers is None or self._analysis is None:
+            raise PrivacyError(f"accountant {self.mechanism!r} is not bound to a sampling profile yet")
+        _, analysis = _THEOREMS[self._analysis]
+        return analysis(self._step_orders(orders), sigma=noise_multiplier, max_nodes=self.ROUGH_NODES,
+                        **self._numbers)
 
 
 class CoupledRdpFreqAccountant(CoupledRdpAccountant):
