@@ -22,7 +22,7 @@ from graphveil.data import (
 )
 from graphveil.data.two_graphs import TwoGraphs, join_graphs
 from graphveil.plugins.node_classification.task import NodeClassification
-from graphveil.plugins.standard.relational import RelationalTask
+from graphveil.plugins.relational.task import RelationalTask
 from graphveil.run.config import DataConfig, config_from_dict, load_config
 
 # ----------------------------------------------------------------------------------- planetoid_full

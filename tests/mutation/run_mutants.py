@@ -470,7 +470,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "few-shot-restore", "putting the released weights back after few-shot fine-tuning (a run would "
         "save and a site share the few-shot model)",
-        (("plugins/graphveil/plugins/standard/few_shot.py",
+        (("plugins/graphveil/plugins/relational/few_shot.py",
           "    finally:\n        model.load_trainable_state(released)\n",
           "    finally:\n        pass  # MUTANT\n"),),
     ),
