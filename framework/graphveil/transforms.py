@@ -3,15 +3,12 @@
 PyG conventions throughout: ``edge_index[0]`` is the source, ``edge_index[1]`` the target, and
 messages flow source → target. Every transform is a :class:`~torch_geometric.transforms.BaseTransform`
 that returns a new :class:`~torch_geometric.data.Data` and leaves its input untouched (tensors
-it does not change are shared, as in PyG's own transforms). Every random choice is drawn from
-one ``torch.Generator`` (reproducible for a seed; by default a fresh one seeded from the OS's
-entropy via :mod:`secrets`), except :class:`OutDegreeBound`'s order, a keyed function of each edge.
+it does not change are shared, as in PyG's own transforms). :class:`OutDegreeBound`'s order is a
+keyed function of each edge, never of a seed; :func:`_generator` (a given ``torch.Generator``, or
+a fresh one seeded from :mod:`secrets`) serves :mod:`graphveil.data.synthetic`.
 
 * :class:`OutDegreeBound` — out-degree cap D by a secret keyed edge order (GAP's k-neighbor
   level, paper 4 Sec. 5.1; its stability lemma and what it does not give at node level).
-* :class:`DegreeCap` — symmetric undirected degree cap K (greedy random edge dropping; no
-  stability under replacing a node, used by no private path).
-* :class:`DpGnnPreprocess` — the node-classification preprocessing of paper 4's code.
 
 The contextual SBM graphs of paper 4 live in :mod:`graphveil.data.synthetic`.
 """
@@ -27,8 +24,6 @@ from torch_geometric.transforms import BaseTransform
 
 __all__ = [
     "EDGE_KEY_BYTES",
-    "DegreeCap",
-    "DpGnnPreprocess",
     "OutDegreeBound",
     "edge_priorities",
 ]
@@ -189,166 +184,3 @@ class OutDegreeBound(_DegreeTransform):
         keep = np.zeros(src.size, dtype=bool)
         keep[order] = rank < self.max_degree
         return torch.from_numpy(keep).to(edge_index.device)
-
-
-class DegreeCap(_DegreeTransform):
-    """Cap every node's degree at ``max_degree`` = K in an undirected graph, keeping it symmetric.
-
-    Input: an undirected graph in PyG's layout, every column (u, v) matched by a column (v, u)
-    (multi-edges by multiplicity; ValueError otherwise). Degree = number of columns with the
-    node as source (``torch_geometric.utils.degree(edge_index[0])``), so a self-loop counts once.
-
-    Rule (greedy, as paper 1's Alg. 3 / Daigavane et al. Alg. 1): visit the undirected edges in
-    a uniformly random order and keep one iff both of its ends still have fewer than K kept
-    edges; (u, v) and (v, u) are kept or dropped together. Guarantees: the output is symmetric,
-    a subset of the input columns (input order, edge attributes aligned as in
-    :class:`OutDegreeBound`), every degree is ≤ K, an edge whose two ends have degree ≤ K is
-    always kept, and the result is maximal (every dropped edge has an end with exactly K kept
-    edges). It is *not* a uniform draw among maximal capped subgraphs. ``last_dropped`` counts
-    the columns (both directions) dropped by the last call. Runs a Python loop over the edges
-    that touch a node of degree > K only (lighter nodes can never block an edge).
-    """
-
-    def __init__(self, max_degree: int, generator: torch.Generator | None = None) -> None:
-        super().__init__(max_degree)
-        self.generator = _generator(generator)
-
-    def keep_mask(self, edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
-        """``(E,)`` bool mask of the columns kept (see the class docstring)."""
-        src, dst = edge_index.cpu()
-        cols = torch.arange(src.numel())
-        fwd, rev, loop = src < dst, src > dst, src == dst
-        # Pair each (u, v), u < v, with a (v, u): equal keys u*N+v, matched in sorted order.
-        fwd_key, fwd_order = torch.sort(src[fwd] * num_nodes + dst[fwd], stable=True)
-        rev_key, rev_order = torch.sort(dst[rev] * num_nodes + src[rev], stable=True)
-        if not torch.equal(fwd_key, rev_key):
-            raise ValueError("DegreeCap needs an undirected edge_index: every column (u, v) "
-                             "must have a matching reverse column (v, u)")
-        # One unit per undirected edge: its columns, and its ends (u, v) or (u, u).
-        unit_a = torch.cat([cols[fwd][fwd_order], cols[loop]])
-        unit_b = torch.cat([cols[rev][rev_order], cols[loop]])
-        u, v = src[unit_a], dst[unit_a]
-        heavy = torch.bincount(src, minlength=num_nodes) > self.max_degree
-        keep_unit = torch.ones(unit_a.numel(), dtype=torch.bool)
-        order = torch.randperm(unit_a.numel(), generator=self.generator)
-        order = order[(heavy[u] | heavy[v])[order]]
-        kept = [0] * num_nodes  # kept edges so far, tracked at heavy nodes only
-        us, vs, hv, flags = u.tolist(), v.tolist(), heavy.tolist(), keep_unit.tolist()
-        cap = self.max_degree
-        for t in order.tolist():
-            a, b = us[t], vs[t]
-            if (hv[a] and kept[a] >= cap) or (hv[b] and kept[b] >= cap):
-                flags[t] = False
-                continue
-            kept[a] += 1
-            if b != a:
-                kept[b] += 1
-        keep_unit = torch.tensor(flags, dtype=torch.bool)
-        keep = torch.zeros(src.numel(), dtype=torch.bool)
-        keep[unit_a[keep_unit]] = True
-        keep[unit_b[keep_unit]] = True
-        return keep.to(edge_index.device)
-
-
-class DpGnnPreprocess(BaseTransform):
-    """Node-classification preprocessing of paper 4's code (github.com/thupchnsky/dp-gnn).
-
-    Checked against that repository (facts, no code copied): ``core/datasets/loader.py`` applies
-    ``RandomNodeSplit(num_val=0.1, num_test=0.15)`` and ``FilterClassByCount(min_count=50,
-    remove_unlabeled=True)`` (from sisaman/GAP), then ``RemoveSelfLoops`` and
-    ``RemoveIsolatedNodes``. (google-research's ``differentially_private_gnns`` — Daigavane et
-    al. — does none of these: it reads fixed OGB/GraphSAINT splits, adds reverse edges,
-    subsamples adjacency lists and adds self-loops.) Steps, in the reference order:
-
-    1. random node split (``split_first=True``, the reference's order): with
-       ``n_val = round(val_fraction * N)``, ``n_test = round(test_fraction * N)`` (Python's
-       round, as PyG) and ``perm = torch.randperm(N, generator)``: ``perm[:n_val]`` → val,
-       the next ``n_test`` → test, the rest → train. This is PyG's ``RandomNodeSplit`` draw
-       for draw, so a generator seeded s gives the reference's split under
-       ``torch.manual_seed(s)``. Masks are node attributes, so later removals keep them
-       aligned (and the fractions among survivors are then only close to the targets);
-    2. classes with fewer than ``min_class_size`` nodes (counted over all nodes) are dropped
-       with their nodes (induced subgraph); the remaining classes are re-indexed 0..C'-1 in
-       their original order;
-    3. self-loops are removed;
-    4. nodes in no edge are removed (isolated after steps 2-3);
-    5. with ``split_first=False`` the split is drawn here instead, on the surviving nodes, so
-       the fractions are exact up to rounding.
-
-    Output: boolean ``train_mask``/``val_mask``/``test_mask`` partitioning the nodes; node and
-    edge attributes restricted alongside (PyG's ``Data.subgraph``). Directions are left as they
-    are. ``last_stats`` holds the counts removed by the last call.
-    """
-
-    def __init__(
-        self,
-        *,
-        min_class_size: int = 50,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.15,
-        split_first: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> None:
-        self.min_class_size = _positive_int("min_class_size", min_class_size)
-        for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-            if not isinstance(value, float | int) or not 0.0 < value < 1.0:
-                raise ValueError(f"{name} must be in (0, 1), got {value!r}")
-        if val_fraction + test_fraction >= 1.0:
-            raise ValueError(f"val_fraction + test_fraction must be < 1, got "
-                             f"{val_fraction} + {test_fraction}")
-        self.val_fraction, self.test_fraction = float(val_fraction), float(test_fraction)
-        self.split_first = split_first
-        self.generator = _generator(generator)
-        self.last_stats: dict[str, int] = {}
-
-    def _split(self, data: Data) -> Data:
-        n = data.num_nodes
-        n_val, n_test = round(n * self.val_fraction), round(n * self.test_fraction)
-        perm = torch.randperm(n, generator=self.generator).to(data.y.device)
-        masks = [torch.zeros(n, dtype=torch.bool, device=data.y.device) for _ in range(3)]
-        masks[1][perm[:n_val]] = True
-        masks[2][perm[n_val:n_val + n_test]] = True
-        masks[0][perm[n_val + n_test:]] = True
-        data.train_mask, data.val_mask, data.test_mask = masks
-        return data
-
-    def forward(self, data: Data) -> Data:
-        _, num_nodes = _edge_index(data)
-        y = getattr(data, "y", None)
-        if (y is None or y.dim() != 1 or y.numel() != num_nodes
-                or y.dtype.is_floating_point or y.dtype == torch.bool):
-            raise ValueError("data.y must be an integer (N,) tensor of class ids")
-        if y.numel() and int(y.min()) < 0:
-            raise ValueError("data.y must hold class ids >= 0 (unlabelled nodes are not supported)")
-        if self.split_first:
-            data = self._split(data)
-        counts = torch.bincount(y)
-        keep_class = counts >= self.min_class_size
-        if not bool(keep_class.any()):
-            raise ValueError(f"no class has min_class_size={self.min_class_size} or more nodes")
-        in_kept = keep_class[y]
-        data = data.subgraph(in_kept)
-        data.y = (torch.cumsum(keep_class.long(), 0) - 1)[data.y]
-        self_loop = data.edge_index[0] == data.edge_index[1]
-        data = data.edge_subgraph(~self_loop)
-        linked = torch.zeros(data.num_nodes, dtype=torch.bool, device=data.edge_index.device)
-        linked[data.edge_index.flatten()] = True
-        data = data.subgraph(linked)
-        if data.num_nodes == 0:
-            raise ValueError("no node is left after dp-gnn preprocessing (no edge between kept nodes)")
-        if not self.split_first:
-            data = self._split(data)
-        self.last_stats = {
-            "dropped_classes": int((~keep_class).sum()),
-            "dropped_class_nodes": int((~in_kept).sum()),
-            "dropped_self_loops": int(self_loop.sum()),
-            "dropped_isolated_nodes": int((~linked).sum()),
-        }
-        return data
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(min_class_size={self.min_class_size}, "
-                f"val_fraction={self.val_fraction}, test_fraction={self.test_fraction}, "
-                f"split_first={self.split_first})")
-
-

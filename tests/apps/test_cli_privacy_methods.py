@@ -236,7 +236,7 @@ def test_anything_beyond_public_sizes_is_refused_by_name() -> None:
 
 def test_the_stand_in_runs_the_tasks_own_code_on_public_sizes(host: PluginHost) -> None:
     from graphveil.plugins.dp_gcn.task import SplitNodeClassification
-    from graphveil.plugins.node_dp.task import NodeClassification
+    from graphveil.plugins.node_classification.task import NodeClassification
 
     task = PublicTask(NodeClassification(), PublicSizes(nodes=7, edges=11))
     assert torch.equal(task.train_view, torch.arange(7))

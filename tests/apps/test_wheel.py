@@ -133,7 +133,7 @@ def test_the_metadata_carries_the_one_version_the_entry_points_and_the_extras(di
         metadata = email.message_from_string(wheel.read(f"{info}/METADATA").decode())
         entry_points = wheel.read(f"{info}/entry_points.txt").decode()
     assert metadata["Version"] == version
-    assert set(metadata.get_all("Provides-Extra")) >= {"sql", "mlflow"}
+    assert set(metadata.get_all("Provides-Extra")) >= {"sql", "mlflow", "deploy"}
     assert "torch==2.13.0" in metadata.get_all("Requires-Dist")
     for name, target in project["entry-points"]["graphveil"].items():
         assert f"{name} = {target}" in entry_points

@@ -21,8 +21,8 @@ from graphveil.data import (
     planetoid_full_split,
 )
 from graphveil.data.two_graphs import TwoGraphs, join_graphs
-from graphveil.plugins.node_dp.task import NodeClassification
-from graphveil.plugins.standard.relational import RelationalTask
+from graphveil.plugins.node_classification.task import NodeClassification
+from graphveil.plugins.relational.task import RelationalTask
 from graphveil.run.config import DataConfig, config_from_dict, load_config
 
 # ----------------------------------------------------------------------------------- planetoid_full

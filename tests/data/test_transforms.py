@@ -1,4 +1,4 @@
-"""graphveil.transforms: out-degree bound, symmetric degree cap, dp-gnn preprocessing, cSBM.
+"""graphveil.transforms: out-degree bound, cSBM.
 
 Statistical tests use fixed generator seeds, so they are deterministic; each also shows that a
 wrong implementation (a biased choice, a skipped last node) fails the same check.
@@ -15,7 +15,6 @@ import pytest
 import torch
 from scipy import stats
 from torch_geometric.data import Data
-from torch_geometric.transforms import RandomNodeSplit
 from torch_geometric.utils import homophily, to_undirected
 
 from graphveil.data.synthetic import (
@@ -27,8 +26,6 @@ from graphveil.data.synthetic import (
 )
 from graphveil.transforms import (
     EDGE_KEY_BYTES,
-    DegreeCap,
-    DpGnnPreprocess,
     OutDegreeBound,
     edge_priorities,
 )
@@ -212,155 +209,8 @@ def test_transforms_reject_bad_graphs() -> None:
             OutDegreeBound(1, bad)  # type: ignore[arg-type]
 
 
-# --- DegreeCap ------------------------------------------------------------------------------------
-
-def random_undirected(seed: int, num_nodes: int, num_pairs: int) -> Data:
-    g = gen(seed)
-    pairs = torch.randint(num_nodes, (2, num_pairs), generator=g)
-    pairs = pairs[:, pairs[0] != pairs[1]]
-    loops = torch.arange(0, num_nodes, 7).repeat(2, 1)  # a few self-loops
-    both = torch.cat([pairs, pairs.flip(0), loops], dim=1)  # duplicate pairs kept: multi-edges
-    return with_ids(both[:, torch.randperm(both.size(1), generator=g)], num_nodes)
-
-
 def column_multiset(edge_index: torch.Tensor) -> Counter[tuple[int, int]]:
     return Counter(map(tuple, edge_index.t().tolist()))
-
-
-@pytest.mark.parametrize("k", [1, 2, 4])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_degree_cap_guarantees(k: int, seed: int) -> None:
-    data = random_undirected(seed, num_nodes=30, num_pairs=150)
-    transform = DegreeCap(k, gen(50 + seed))
-    out = transform(data)
-    ids = kept_ids(data, out)
-    assert column_multiset(out.edge_index) == column_multiset(out.edge_index.flip(0))  # symmetric
-    n = data.num_nodes
-    before = torch.bincount(data.edge_index[0], minlength=n)
-    after = torch.bincount(out.edge_index[0], minlength=n)
-    assert bool((after <= k).all())
-    dropped = torch.ones(data.num_edges, dtype=torch.bool)
-    dropped[ids] = False
-    assert transform.last_dropped == int(dropped.sum()) > 0
-    u, v = data.edge_index[:, dropped]
-    assert bool(((after[u] == k) | (after[v] == k)).all()), "greedy result must be maximal"
-    light = (before[data.edge_index[0]] <= k) & (before[data.edge_index[1]] <= k)
-    assert not bool((light & dropped).any())
-
-
-def test_degree_cap_uniform_on_stars() -> None:
-    """Stars of 5 leaves, K = 2: each center keeps a uniform pair of its 10, both directions."""
-    num_stars, leaves, k = 8_000, 5, 2
-    one_way = star_forest(num_stars, leaves, seed=11).edge_index
-    data = with_ids(torch.cat([one_way, one_way.flip(0)], dim=1), num_stars * (leaves + 1))
-    out = DegreeCap(k, gen(12))(data)
-    forward = out.edge_index[0] < num_stars
-    half = with_ids(data.edge_index[:, : one_way.size(1)], data.num_nodes)
-    kept_half = half.edge_subgraph(torch.isin(half.edge_attr.view(-1),
-                                              out.edge_attr.view(-1)[forward]))
-    counts = subset_counts(half, kept_half, num_stars, leaves)
-    assert sum(counts) == num_stars and stats.chisquare(counts).pvalue > P_MIN
-
-
-def test_degree_cap_rejects_directed_input_and_bad_k() -> None:
-    with pytest.raises(ValueError, match="reverse"):
-        DegreeCap(1, gen(0))(Data(edge_index=torch.tensor([[0, 1, 1], [1, 0, 2]]), num_nodes=3))
-    with pytest.raises(ValueError, match="max_degree"):
-        DegreeCap(0)
-
-
-def test_degree_cap_counts_a_self_loop_once() -> None:
-    data = with_ids(torch.tensor([[0, 0, 1], [0, 1, 0]]), 2)  # loop at 0, edge 0-1
-    out = DegreeCap(2, gen(0))(data)
-    assert torch.equal(out.edge_index, data.edge_index)
-    out1 = DegreeCap(1, gen(0))(data)
-    assert out1.num_edges in (1, 2) and bool((torch.bincount(out1.edge_index[0]) <= 1).all())
-
-
-# --- DpGnnPreprocess ------------------------------------------------------------------------------
-
-# Classes: 0 = {1, 6} (dropped at min_class_size=3), 1 = {0, 2, 5, 8}, 2 = {3, 4, 7, 9}.
-HAND_Y = torch.tensor([1, 0, 1, 2, 2, 1, 0, 2, 1, 2])
-HAND_PAIRS = [(0, 1), (0, 2), (2, 3), (3, 3), (4, 4), (5, 6), (7, 8), (1, 6)]
-
-
-def hand_graph() -> Data:
-    cols = []
-    for u, v in HAND_PAIRS:
-        cols += [(u, v)] if u == v else [(u, v), (v, u)]
-    edge_index = torch.tensor(cols).t()
-    return with_ids(edge_index, 10, x=torch.arange(10.0).view(-1, 1), y=HAND_Y.clone())
-
-
-def test_dp_gnn_preprocess_steps_on_hand_graph() -> None:
-    data = hand_graph()
-    transform = DpGnnPreprocess(min_class_size=3, generator=gen(0))
-    out = transform(data)
-    # Class 0 and its nodes 1, 6 go (edges 0-1, 5-6, 1-6 with them); loops 3-3, 4-4 go; then
-    # 4 (loop only), 5 (its neighbour 6 went) and 9 (no edge) are isolated. Survivors 0,2,3,7,8.
-    assert out.x.view(-1).tolist() == [0, 2, 3, 7, 8]
-    assert out.y.tolist() == [0, 0, 1, 1, 0]  # classes 1, 2 re-indexed to 0, 1
-    assert out.edge_index.tolist() == [[0, 1, 1, 2, 3, 4], [1, 0, 2, 1, 4, 3]]
-    kept_cols = out.edge_attr.view(-1).long()
-    assert data.edge_index[:, kept_cols].tolist() == [[0, 2, 2, 3, 7, 8], [2, 0, 3, 2, 8, 7]]
-    assert transform.last_stats == {"dropped_classes": 1, "dropped_class_nodes": 2,
-                                    "dropped_self_loops": 2, "dropped_isolated_nodes": 3}
-    masks = torch.stack([out.train_mask, out.val_mask, out.test_mask])
-    assert masks.dtype == torch.bool and bool((masks.sum(0) == 1).all())
-    assert "train_mask" not in data and torch.equal(data.y, HAND_Y)  # input untouched
-
-
-def test_dp_gnn_split_first_matches_pyg_random_node_split() -> None:
-    """Split before the removals, draw for draw as PyG's RandomNodeSplit(0.1, 0.15) — the
-    reference's order — so the survivors carry the reference's masks."""
-    for seed in range(5):
-        ours = DpGnnPreprocess(min_class_size=3, generator=gen(seed))(hand_graph())
-        torch.manual_seed(seed)
-        ref = RandomNodeSplit(num_val=0.1, num_test=0.15)(hand_graph())
-        survivors = torch.tensor([0, 2, 3, 7, 8])
-        for key in ("train_mask", "val_mask", "test_mask"):
-            assert torch.equal(ours[key], ref[key][survivors]), (seed, key)
-
-
-def test_dp_gnn_split_after_is_exact_on_survivors() -> None:
-    seed = 4
-    out = DpGnnPreprocess(min_class_size=3, val_fraction=0.2, test_fraction=0.2,
-                          split_first=False, generator=gen(seed))(hand_graph())
-    perm = torch.randperm(5, generator=gen(seed))
-    assert out.val_mask.nonzero().view(-1).tolist() == perm[:1].tolist()
-    assert out.test_mask.nonzero().view(-1).tolist() == perm[1:2].tolist()
-    assert sorted(out.train_mask.nonzero().view(-1).tolist()) == sorted(perm[2:].tolist())
-    big = csbm(1000, 4, 5.0, 0.5, 1.0, gen(1))
-    out = DpGnnPreprocess(split_first=False, generator=gen(2))(big)
-    n = out.num_nodes
-    assert (int(out.val_mask.sum()), int(out.test_mask.sum())) == (round(0.1 * n), round(0.15 * n))
-    assert int(out.train_mask.sum()) == n - round(0.1 * n) - round(0.15 * n)
-
-
-@pytest.mark.parametrize(("kwargs", "name"), [
-    ({"min_class_size": 0}, "min_class_size"),
-    ({"val_fraction": 0.0}, "val_fraction"),
-    ({"val_fraction": 1.0}, "val_fraction"),
-    ({"test_fraction": -0.1}, "test_fraction"),
-    ({"test_fraction": float("nan")}, "test_fraction"),
-    ({"val_fraction": 0.5, "test_fraction": 0.5}, "val_fraction \\+ test_fraction"),
-])
-def test_dp_gnn_preprocess_rejects_bad_arguments(kwargs: dict, name: str) -> None:
-    with pytest.raises(ValueError, match=name):
-        DpGnnPreprocess(**kwargs)
-
-
-def test_dp_gnn_preprocess_rejects_bad_data() -> None:
-    data = hand_graph()
-    with pytest.raises(ValueError, match="min_class_size"):
-        DpGnnPreprocess(generator=gen(0))(data)  # no class has 50 nodes
-    del data.y
-    with pytest.raises(ValueError, match="data.y"):
-        DpGnnPreprocess(min_class_size=3, generator=gen(0))(data)
-    data = hand_graph()
-    data.y = data.y - 1
-    with pytest.raises(ValueError, match="data.y"):
-        DpGnnPreprocess(min_class_size=3, generator=gen(0))(data)
 
 
 # --- homophily --------------------------------------------------------------------------------------

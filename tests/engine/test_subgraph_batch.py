@@ -367,7 +367,7 @@ def test_rooted_subgraphs_are_in_neighbourhoods_and_reproduce_full_graph_roots()
 
 def test_sage_model_loads_through_the_host_and_trains_one_dp_step():
     from graphveil.contract.host import default_host
-    from graphveil.plugins.node_dp.sage import SAGE
+    from graphveil.plugins.node_classification.sage import SAGE
 
     host = default_host()
     model = host.create("model", "sage", {"hidden": 8, "layers": 2, "activation": "tanh", "seed": 0})

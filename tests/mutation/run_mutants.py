@@ -142,10 +142,11 @@ MUTANTS: tuple[Mutant, ...] = (
           "            n, b, dp_accounting.GaussianDpEvent(noise_multiplier))  # MUTANT: sensitivity C\n"),),
     ),
     Mutant(
-        "node-wor-sampler", "DP-MLP's without-replacement node batches (drawn with replacement)",
-        (("plugins/graphveil/plugins/node_dp/sampler.py",
-          "        return NodeBatch(torch.randperm(self.profile.num_records, generator=generator)[: self.profile.batch_size])\n",
-          "        return NodeBatch(torch.randint(0, self.profile.num_records, (self.profile.batch_size,), generator=generator))  # MUTANT\n"),),
+        "node-wor-sampler", "the node samplers' without-replacement batches (drawn with replacement)",
+        (("plugins/graphveil/plugins/node_classification/sampler.py",
+          "        return torch.randperm(self.profile.num_records, generator=generator)[: self.profile.batch_size]\n",
+          "        return torch.randint(0, self.profile.num_records, (self.profile.batch_size,), generator=generator)  # MUTANT\n"),),
+        note="the shared draw of node_uniform_wor, graph_splits and root_subgraphs",
     ),
     Mutant(
         "units-agree", "the whole-unit comparison of sampler, clipper, accountant and mechanisms",
@@ -469,7 +470,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "few-shot-restore", "putting the released weights back after few-shot fine-tuning (a run would "
         "save and a site share the few-shot model)",
-        (("plugins/graphveil/plugins/standard/few_shot.py",
+        (("plugins/graphveil/plugins/relational/few_shot.py",
           "    finally:\n        model.load_trainable_state(released)\n",
           "    finally:\n        pass  # MUTANT\n"),),
     ),

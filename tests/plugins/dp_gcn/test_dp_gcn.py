@@ -54,9 +54,9 @@ from graphveil.plugins.dp_gcn.sampler import GraphSplitsParams, GraphSplitsSampl
 from graphveil.plugins.dp_gcn.splits import SplitBatch, split_assignment, split_key
 from graphveil.plugins.dp_gcn.task import SplitNodeClassification, SplitNodeClassificationParams
 from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE
+from graphveil.plugins.node_classification.mlp import MLP
 from graphveil.plugins.node_dp.accountant import NodeReplaceRdpAccountant
 from graphveil.plugins.node_dp.clipping import PerNodeClipper
-from graphveil.plugins.node_dp.mlp import MLP
 from graphveil.plugins.standard.no_clip import NoClip
 from graphveil.privacy import DEFAULT_ORDERS
 from graphveil.run.config import SplitConfig, config_from_dict

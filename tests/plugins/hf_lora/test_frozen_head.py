@@ -176,7 +176,7 @@ def test_the_relational_task_takes_a_feature_graph_from_a_node_source() -> None:
     relational task reads its relations (each once) and frozen_head its features."""
     from _graphs import hub_node_graph
 
-    from graphveil.plugins.standard.relational import RelationalTask
+    from graphveil.plugins.relational.task import RelationalTask
     from graphveil.run.config import SplitConfig
 
     nodes = hub_node_graph()

@@ -35,9 +35,9 @@ from graphveil.contract.profiles import (
     SensitivityProfile,
 )
 from graphveil.data.node_graph import NodeGraph
+from graphveil.plugins.node_classification.task import NodeClassification, NodeClassificationParams
 from graphveil.plugins.node_dp.accountant import NodeReplaceRdpAccountant
 from graphveil.plugins.node_dp.mechanisms import NoisyFeatures, NoisyFeaturesParams, clip_rows
-from graphveil.plugins.node_dp.task import NodeClassification, NodeClassificationParams
 from graphveil.plugins.node_dp.units import NODE_GDP
 from graphveil.privacy.conversion import rdp_to_epsilon
 from graphveil.run.config import config_from_dict

@@ -167,7 +167,7 @@ def test_a_whole_graph_model_is_refused_for_private_training_before_data_is_read
     from graphveil.contract.host import PluginHost
     from graphveil.contract.invariant import check_structure
     from graphveil.contract.profiles import ExampleStructure
-    from graphveil.plugins.node_dp.mlp import MLP
+    from graphveil.plugins.node_classification.mlp import MLP
     from graphveil.run.config import config_from_dict
     from graphveil.run.session import TrainingSession
 

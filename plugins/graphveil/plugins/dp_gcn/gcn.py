@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from graphveil.contract.errors import ConfigError
-from graphveil.contract.model import Model
 from graphveil.contract.profiles import ExampleStructure
+from graphveil.plugins.node_classification.layers import LayerStack
 
 if TYPE_CHECKING:
     from graphveil.subgraph_batch import SubgraphBatch
-
-_ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU, "tanh": nn.Tanh}
 
 
 class GCNParams(BaseModel):
@@ -28,7 +26,7 @@ class GCNParams(BaseModel):
     seed: int | None = Field(None, description="Seed of the weight initialisation (None: torch's global RNG).")
 
 
-class GCN(Model):
+class GCN(LayerStack):
     """GCNConv layers (Â = D^-½(A+I)D^-½, paper 3 Eq. 4) → class logits of every node of the batch.
 
     The input is a :class:`~graphveil.subgraph_batch.SubgraphBatch` whose graphs are disjoint
@@ -42,27 +40,13 @@ class GCN(Model):
     """
 
     Params = GCNParams
+    name: ClassVar[str] = "gcn"
     structure: ClassVar[ExampleStructure] = ExampleStructure.COMPONENTS
 
-    def __init__(self, params: GCNParams | None = None) -> None:
-        super().__init__()
-        self.params = params if params is not None else GCNParams()
-        self.convs: nn.ModuleList | None = None
-        self.act = _ACTIVATIONS[self.params.activation]()
-        self.drop = nn.Dropout(self.params.dropout)
-
-    def prepare(self, data: Any) -> None:
-        """Build the layers for ``data.num_features`` inputs and ``data.num_classes`` outputs."""
+    def make_layer(self, width_in: int, width_out: int) -> nn.Module:
         from torch_geometric.nn import GCNConv
 
-        if not hasattr(data, "num_features") or not hasattr(data, "num_classes"):
-            raise ConfigError(f"model 'gcn' needs node features and labels; the data is {type(data).__name__}")
-        p = self.params
-        widths = [int(data.num_features)] + [p.hidden] * (p.layers - 1) + [int(data.num_classes)]
-        with torch.random.fork_rng(devices=[]):
-            if p.seed is not None:
-                torch.manual_seed(p.seed)
-            self.convs = nn.ModuleList(GCNConv(w_in, w_out) for w_in, w_out in zip(widths[:-1], widths[1:], strict=True))
+        return GCNConv(width_in, width_out)
 
     def forward(self, batch: SubgraphBatch) -> torch.Tensor:
         """``(batch.num_nodes, classes)`` logits of every node of a component :class:`SubgraphBatch`."""
@@ -79,9 +63,4 @@ class GCN(Model):
                               "SubgraphBatch (use the 'sage' model for rooted subgraphs)")
         weight = next(self.parameters())
         h = batch.graphs.x.to(device=weight.device, dtype=weight.dtype)
-        edge_index = batch.graphs.edge_index.to(weight.device)
-        for i, conv in enumerate(self.convs):
-            h = conv(h, edge_index)
-            if i < len(self.convs) - 1:
-                h = self.drop(self.act(h))
-        return h
+        return self.stack(self.convs, h, batch.graphs.edge_index.to(weight.device))

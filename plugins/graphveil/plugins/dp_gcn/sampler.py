@@ -9,9 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphveil.contract.errors import ConfigError, PrivacyError
 from graphveil.contract.profiles import PrivacyUnit, SamplingKind, SamplingProfile
-from graphveil.contract.sampler import Sampler
 from graphveil.plugins.dp_gcn.splits import SplitBatch, split_assignment, split_key
 from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE
+from graphveil.plugins.node_classification.sampler import WithoutReplacementSampler
 
 
 class GraphSplitsParams(BaseModel):
@@ -26,7 +26,7 @@ class GraphSplitsParams(BaseModel):
         "the run's sampling generator when the sampler is prepared."))
 
 
-class GraphSplitsSampler(Sampler):
+class GraphSplitsSampler(WithoutReplacementSampler):
     """Cuts the training graph once into s random splits; draws b of them per step (sampled-WOR Gaussian).
 
     :meth:`prepare` assigns every training node to one of s splits by a keyed hash of its id
@@ -42,12 +42,11 @@ class GraphSplitsSampler(Sampler):
     """
 
     Params = GraphSplitsParams
-    sampling_kind: ClassVar[SamplingKind] = SamplingKind.UNIFORM_WOR
+    name: ClassVar[str] = "graph_splits"
     unit: ClassVar[PrivacyUnit] = SPLIT_REPLACE
 
     def __init__(self, params: Any = None) -> None:
-        self.params = params if params is not None else self.Params()
-        self._profile: SamplingProfile | None = None
+        super().__init__(params)
         self.assignment: torch.Tensor | None = None
 
     def prepare(self, view: Any, generator: torch.Generator, records: Any = None) -> SamplingProfile:
@@ -75,12 +74,4 @@ class GraphSplitsSampler(Sampler):
         return self._profile
 
     def sample(self, generator: torch.Generator) -> SplitBatch:
-        # randperm's first b entries: a uniform b-subset of the splits, independent of every other step
-        s, b = self.profile.num_records, self.params.batch_size
-        return SplitBatch(torch.randperm(s, generator=generator)[:b], self.assignment)
-
-    @property
-    def profile(self) -> SamplingProfile:
-        if self._profile is None:
-            raise PrivacyError("sampler 'graph_splits' is not prepared")
-        return self._profile
+        return SplitBatch(self.draw(generator), self.assignment)

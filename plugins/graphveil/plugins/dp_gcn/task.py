@@ -37,7 +37,7 @@ from graphveil.contract.task import MetricColumn
 from graphveil.contract.units import PrivacyUnit
 from graphveil.evaluation import accuracy, macro_f1
 from graphveil.plugins.dp_gcn.splits import SplitBatch, split_members
-from graphveil.plugins.node_dp.task import NodeClassification, NodeClassificationParams
+from graphveil.plugins.node_classification.task import NodeClassification, NodeClassificationParams
 
 
 class SplitNodeClassificationParams(NodeClassificationParams):

@@ -94,7 +94,7 @@ class DpSage(Method):
         if config.network.name != "sage":
             raise ConfigError(f"method 'dp_sage' trains model 'sage', got {config.network.name!r}")
         from graphveil.plugins.gdp.rooted import RootSubgraphParams
-        from graphveil.plugins.node_dp.sage import SAGEParams
+        from graphveil.plugins.node_classification.sage import SAGEParams
 
         hops = SAGEParams(**config.network.params).layers
         if config.sampler.name != "root_subgraphs" or RootSubgraphParams(**config.sampler.params).num_hops != hops:

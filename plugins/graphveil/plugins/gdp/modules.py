@@ -12,6 +12,7 @@ from torch import nn
 from graphveil.contract.errors import ConfigError
 from graphveil.contract.model import Model
 from graphveil.contract.profiles import ExampleStructure
+from graphveil.plugins.node_classification.layers import LayerStack
 
 
 class FeatureEncoder(Model):
@@ -203,39 +204,31 @@ def sage_layer(conv: Any, x: torch.Tensor, adj_t: torch.Tensor) -> torch.Tensor:
     return out + conv.lin_r(x)
 
 
-class FullGraphSAGE(Model):
+class FullGraphSAGE(LayerStack):
     """GraphSAGE (mean aggregation) over a whole graph, ``forward(x, edge_index)`` → logits of
-    every node. Structure ``whole_graph``: it has no per-example gradient, so it trains only
-    without DP-SGD (non-private runs, or on a released graph at edge level: RandEdge+SAGE)."""
+    every node, SELU between layers. Structure ``whole_graph``: it has no per-example gradient, so
+    it trains only without DP-SGD (non-private runs, or on a released graph at edge level:
+    RandEdge+SAGE)."""
 
     Params = FullGraphSAGEParams
+    name: ClassVar[str] = "sage_full"
     structure: ClassVar[ExampleStructure] = ExampleStructure.WHOLE_GRAPH
 
-    def __init__(self, params: FullGraphSAGEParams | None = None) -> None:
-        super().__init__()
-        self.params = params if params is not None else FullGraphSAGEParams()
-        self.convs: nn.ModuleList | None = None
-        self.drop = nn.Dropout(self.params.dropout)
+    def activation_name(self) -> str:
+        return "selu"
 
-    def prepare(self, data: Any) -> None:
+    def make_layer(self, width_in: int, width_out: int) -> nn.Module:
         from torch_geometric.nn import SAGEConv
 
-        p = self.params
-        widths = [int(data.num_features)] + [p.hidden] * (p.layers - 1) + [int(data.num_classes)]
-        with torch.random.fork_rng(devices=[]):
-            if p.seed is not None:
-                torch.manual_seed(p.seed)
-            self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in zip(widths[:-1], widths[1:], strict=True))
+        return SAGEConv(width_in, width_out)
+
+    def apply_layer(self, layer: nn.Module, h: torch.Tensor, *graph: Any) -> torch.Tensor:
+        return sage_layer(layer, h, *graph)
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         if self.convs is None:
             raise ConfigError("model 'sage_full' is not prepared (call prepare(data) first)")
-        adj_t = self._adjacency(edge_index, x.shape[0])
-        for i, conv in enumerate(self.convs):
-            x = sage_layer(conv, x, adj_t)
-            if i < len(self.convs) - 1:
-                x = self.drop(F.selu(x))
-        return x
+        return self.stack(self.convs, x, self._adjacency(edge_index, x.shape[0]))
 
     def _adjacency(self, edge_index: torch.Tensor, n: int) -> torch.Tensor:
         """Sparse CSR ``adj_t`` (row = target), cached per edge tensor: a sparse matmul aggregates

@@ -31,9 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphveil.contract.errors import PrivacyError
 from graphveil.contract.profiles import PrivacyUnit, SamplingKind, SamplingProfile
-from graphveil.contract.sampler import Sampler
 from graphveil.contract.task import NodeBatch
 from graphveil.contract.units import Adjacency, UnitKind
+from graphveil.plugins.node_classification.sampler import WithoutReplacementSampler
 from graphveil.plugins.node_dp.units import NODE_GDP
 
 
@@ -79,7 +79,7 @@ class RootSubgraphParams(BaseModel):
         "Σ_{i≤L} Dⁱ roots)."))
 
 
-class RootSubgraphSampler(NodeLevelWithBound, Sampler):
+class RootSubgraphSampler(NodeLevelWithBound, WithoutReplacementSampler):
     """b training roots uniformly without replacement per step; each example is a root's L-hop subgraph.
 
     The profile states G (:func:`changed_examples` of the run's D and L), the most examples one
@@ -87,12 +87,8 @@ class RootSubgraphSampler(NodeLevelWithBound, Sampler):
     """
 
     Params = RootSubgraphParams
-    sampling_kind: ClassVar[SamplingKind] = SamplingKind.UNIFORM_WOR
+    name: ClassVar[str] = "root_subgraphs"
     unit: ClassVar[PrivacyUnit] = NODE_GDP  # replaced by the run's unit (with D) in a private run
-
-    def __init__(self, params: Any = None) -> None:
-        self.params = params if params is not None else self.Params()
-        self._profile: SamplingProfile | None = None
 
     def prepare(self, view: torch.Tensor, generator: torch.Generator, records: Any = None) -> SamplingProfile:
         """``view``: the training nodes (their count n is public under replacement adjacency).
@@ -112,12 +108,4 @@ class RootSubgraphSampler(NodeLevelWithBound, Sampler):
         return self._profile
 
     def sample(self, generator: torch.Generator) -> RootBatch:
-        # randperm's first b entries: a uniform b-subset of the roots, independent of every other step.
-        picked = torch.randperm(self.profile.num_records, generator=generator)[: self.params.batch_size]
-        return RootBatch(picked, self.params.num_hops)
-
-    @property
-    def profile(self) -> SamplingProfile:
-        if self._profile is None:
-            raise PrivacyError("sampler 'root_subgraphs' is not prepared")
-        return self._profile
+        return RootBatch(self.draw(generator), self.params.num_hops)

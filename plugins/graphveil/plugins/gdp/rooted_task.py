@@ -28,7 +28,7 @@ from graphveil.contract.model import Model
 from graphveil.contract.profiles import ExampleStructure
 from graphveil.plugins.gdp.levels import GdpLevel
 from graphveil.plugins.gdp.rooted import RootBatch
-from graphveil.plugins.node_dp.task import (
+from graphveil.plugins.node_classification.task import (
     _MECHANISM_NAME,
     RELEASED,
     NodeClassification,

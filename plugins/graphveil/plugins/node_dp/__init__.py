@@ -36,15 +36,15 @@ def graphveil_accountants():
 
 @hookimpl
 def graphveil_models():
-    from graphveil.plugins.node_dp.mlp import MLP
-    from graphveil.plugins.node_dp.sage import SAGE
+    from graphveil.plugins.node_classification.mlp import MLP
+    from graphveil.plugins.node_classification.sage import SAGE
 
     return {"mlp": MLP, "sage": SAGE}
 
 
 @hookimpl
 def graphveil_tasks():
-    from graphveil.plugins.node_dp.task import NodeClassification
+    from graphveil.plugins.node_classification.task import NodeClassification
 
     return {"node_classification": NodeClassification}
 

@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphveil.contract.errors import PrivacyError
 from graphveil.contract.profiles import PrivacyUnit, SamplingKind, SamplingProfile
-from graphveil.contract.sampler import Sampler
 from graphveil.contract.task import NodeBatch
+from graphveil.plugins.node_classification.sampler import WithoutReplacementSampler
 from graphveil.plugins.node_dp.units import NODE_GDP, RowWiseGdpUnits
 
 
@@ -21,7 +21,7 @@ class UniformNodeParams(BaseModel):
         "(full batch; paper 4 trains so whenever no DP optimizer is involved)."))
 
 
-class UniformNodeSampler(RowWiseGdpUnits, Sampler):
+class UniformNodeSampler(RowWiseGdpUnits, WithoutReplacementSampler):
     """b training nodes uniformly without replacement per step, fresh each step (sampled-WOR Gaussian).
 
     The batch size is fixed and public, which is what the replace-one analysis of the
@@ -29,12 +29,8 @@ class UniformNodeSampler(RowWiseGdpUnits, Sampler):
     """
 
     Params = UniformNodeParams
-    sampling_kind: ClassVar[SamplingKind] = SamplingKind.UNIFORM_WOR
+    name: ClassVar[str] = "node_uniform_wor"
     unit: ClassVar[PrivacyUnit] = NODE_GDP
-
-    def __init__(self, params: Any = None) -> None:
-        self.params = params if params is not None else self.Params()
-        self._profile: SamplingProfile | None = None
 
     def prepare(self, view: torch.Tensor, generator: torch.Generator, records: Any = None) -> SamplingProfile:
         """``view``: the training nodes (their count n is public under replacement adjacency)."""
@@ -47,11 +43,4 @@ class UniformNodeSampler(RowWiseGdpUnits, Sampler):
         return self._profile
 
     def sample(self, generator: torch.Generator) -> NodeBatch:
-        # randperm's first b entries: a uniform b-subset, independent of every other step.
-        return NodeBatch(torch.randperm(self.profile.num_records, generator=generator)[: self.profile.batch_size])
-
-    @property
-    def profile(self) -> SamplingProfile:
-        if self._profile is None:
-            raise PrivacyError("sampler 'node_uniform_wor' is not prepared")
-        return self._profile
+        return NodeBatch(self.draw(generator))

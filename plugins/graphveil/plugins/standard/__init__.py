@@ -26,7 +26,7 @@ def graphveil_methods():
 
 @hookimpl
 def graphveil_tasks():
-    from graphveil.plugins.standard.relational import RelationalTask
+    from graphveil.plugins.relational.task import RelationalTask
 
     return {"relational": RelationalTask}
 

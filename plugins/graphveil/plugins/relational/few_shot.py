@@ -15,8 +15,9 @@ import torch
 
 from graphveil.contract.errors import ConfigError
 from graphveil.contract.model import Encoder
-from graphveil.engine.dp_step import LossSpec, batch_losses, nonprivate_step
+from graphveil.engine.dp_step import nonprivate_step
 from graphveil.evaluation import relation_prediction
+from graphveil.plugins.relational.losses import LossSpec, batch_losses
 from graphveil.sampling import pair_with_random_ends
 
 

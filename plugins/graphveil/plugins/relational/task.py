@@ -17,9 +17,9 @@ from graphveil.contract.units import PrivacyUnit
 from graphveil.data import RelationalGraph, transfer_split
 from graphveil.data.node_graph import NodeGraph
 from graphveil.data.two_graphs import TwoGraphs
-from graphveil.engine.dp_step import LossSpec, batch_losses
 from graphveil.evaluation import few_shot_classification, rank_metrics, relation_ranks
-from graphveil.plugins.standard.few_shot import few_shot_relation_prediction
+from graphveil.plugins.relational.few_shot import few_shot_relation_prediction
+from graphveil.plugins.relational.losses import LossSpec, batch_losses
 
 RELEASED = "released:"
 
@@ -58,7 +58,7 @@ class RelationalTask(Task):
     the loss options are ``training.loss``, ``training.temperature`` and ``training.margin``;
     evaluation ranks the held-out side's relations with in-batch negatives
     (``evaluation.batch_size``, ``evaluation.max_edges``) and, when asked, runs few-shot
-    relation prediction (``evaluation.few_shot``, :mod:`graphveil.plugins.standard.few_shot`)
+    relation prediction (``evaluation.few_shot``, :mod:`graphveil.plugins.relational.few_shot`)
     and few-shot entity classification on the held-out side's labels
     (``evaluation.entity_classification``).
     """

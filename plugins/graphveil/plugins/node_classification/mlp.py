@@ -9,10 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from graphveil.contract.errors import ConfigError
-from graphveil.contract.model import Model
 from graphveil.contract.profiles import ExampleStructure
-
-_ACTIVATIONS = {"selu": nn.SELU, "relu": nn.ReLU, "tanh": nn.Tanh}
+from graphveil.plugins.node_classification.layers import ACTIVATIONS, LayerStack
 
 
 class MLPParams(BaseModel):
@@ -24,38 +22,38 @@ class MLPParams(BaseModel):
     seed: int | None = Field(None, description="Seed of the weight initialisation (None: torch's global RNG).")
 
 
-class MLP(Model):
+class MLP(LayerStack):
     """Node features → class logits; each node is its own row, so per-node gradients are exact.
 
-    The layers are sized by :meth:`prepare` from the dataset (features in, classes out).
+    The layers are sized by :meth:`prepare` from the dataset (features in, classes out); they sit in
+    one ``nn.Sequential`` with their own activation (and dropout, when non-zero) modules between
+    them, so the trainable state is named ``net.0.weight``, ``net.2.weight``, … as before.
     """
 
     Params = MLPParams
+    name: ClassVar[str] = "mlp"
     structure: ClassVar[ExampleStructure] = ExampleStructure.ROWS
 
     def __init__(self, params: MLPParams | None = None) -> None:
-        super().__init__()
-        self.params = params if params is not None else MLPParams()
+        super().__init__(params)
         self.net: nn.Sequential | None = None
         self.features: torch.Tensor | None = None
 
+    def make_layer(self, width_in: int, width_out: int) -> nn.Module:
+        return nn.Linear(width_in, width_out)
+
     def prepare(self, data: Any) -> None:
         """Build the layers for ``data.num_features`` inputs and ``data.num_classes`` outputs."""
-        if not hasattr(data, "x") or not hasattr(data, "num_classes"):
-            raise ConfigError(f"model 'mlp' needs node features and labels; the data is {type(data).__name__}")
         p = self.params
-        widths = [int(data.num_features)] + [p.hidden] * (p.layers - 1) + [int(data.num_classes)]
-        with torch.random.fork_rng(devices=[]):
-            if p.seed is not None:
-                torch.manual_seed(p.seed)
-            layers: list[nn.Module] = []
-            for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
-                layers.append(nn.Linear(w_in, w_out))
-                if i < len(widths) - 2:
-                    layers.append(_ACTIVATIONS[p.activation]())
-                    if p.dropout:
-                        layers.append(nn.Dropout(p.dropout))
-            self.net = nn.Sequential(*layers)
+        layers: list[nn.Module] = []
+        linears = self.build(data)
+        for i, linear in enumerate(linears):
+            layers.append(linear)
+            if i < len(linears) - 1:
+                layers.append(ACTIVATIONS[p.activation]())
+                if p.dropout:
+                    layers.append(nn.Dropout(p.dropout))
+        self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.net is None:

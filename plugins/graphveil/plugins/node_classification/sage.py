@@ -9,16 +9,15 @@ its own graph. The privacy analysis of rooted subgraphs (one node reaches the su
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from graphveil.contract.errors import ConfigError
-from graphveil.contract.model import Model
 from graphveil.contract.profiles import ExampleStructure
-from graphveil.plugins.node_dp.mlp import _ACTIVATIONS
+from graphveil.plugins.node_classification.layers import LayerStack
 
 if TYPE_CHECKING:
     from graphveil.subgraph_batch import SubgraphBatch
@@ -34,7 +33,7 @@ class SAGEParams(BaseModel):
     seed: int | None = Field(None, description="Seed of the weight initialisation (None: torch's global RNG).")
 
 
-class SAGE(Model):
+class SAGE(LayerStack):
     """GraphSAGE (mean aggregation) over rooted subgraphs → class logits of each example's root.
 
     Every convolution runs on all rows of the batch and the roots are read out last, so each
@@ -44,27 +43,13 @@ class SAGE(Model):
     """
 
     Params = SAGEParams
+    name: ClassVar[str] = "sage"
     structure: ClassVar[ExampleStructure] = ExampleStructure.ROOT_SUBGRAPHS
 
-    def __init__(self, params: SAGEParams | None = None) -> None:
-        super().__init__()
-        self.params = params if params is not None else SAGEParams()
-        self.convs: nn.ModuleList | None = None
-        self.act = _ACTIVATIONS[self.params.activation]()
-        self.drop = nn.Dropout(self.params.dropout)
-
-    def prepare(self, data: Any) -> None:
-        """Build the layers for ``data.num_features`` inputs and ``data.num_classes`` outputs."""
+    def make_layer(self, width_in: int, width_out: int) -> nn.Module:
         from torch_geometric.nn import SAGEConv
 
-        if not hasattr(data, "num_features") or not hasattr(data, "num_classes"):
-            raise ConfigError(f"model 'sage' needs node features and labels; the data is {type(data).__name__}")
-        p = self.params
-        widths = [int(data.num_features)] + [p.hidden] * (p.layers - 1) + [int(data.num_classes)]
-        with torch.random.fork_rng(devices=[]):
-            if p.seed is not None:
-                torch.manual_seed(p.seed)
-            self.convs = nn.ModuleList(SAGEConv(w_in, w_out) for w_in, w_out in zip(widths[:-1], widths[1:], strict=True))
+        return SAGEConv(width_in, width_out)
 
     def forward(self, batch: SubgraphBatch) -> torch.Tensor:
         """``(batch.size, classes)`` logits at the roots of a rooted :class:`SubgraphBatch`."""
@@ -82,11 +67,4 @@ class SAGE(Model):
 
         Equal, node by node, to the root outputs on rooted subgraphs of at least ``layers`` hops.
         Inference only under DP: one node's output reads its whole neighbourhood."""
-        if self.convs is None:
-            raise ConfigError("model 'sage' is not prepared (call prepare(data) first)")
-        h = x
-        for i, conv in enumerate(self.convs):
-            h = conv(h, edge_index)
-            if i < len(self.convs) - 1:
-                h = self.drop(self.act(h))
-        return h
+        return self.stack(self.convs, x, edge_index)
