@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data.node_graph import NodeGraph, node_graph_from_pyg
 from graphveil.data.node_split import node_sides, random_node_split
-from graphveil.data.planetoid import load_planetoid, raw_file_names
 from graphveil.data.preprocess import dp_gnn_preprocess
+from graphveil.plugins.standard.sources.planetoid import load_planetoid, raw_file_names
 
 ROOT = REPO
 PLANETOID = Path("/work/shared/data/planetoid")

@@ -17,12 +17,12 @@ from graphveil.data import (
     NodeGraph,
     RelationalGraph,
     load_data,
-    load_planetoid,
     planetoid_full_split,
 )
 from graphveil.data.two_graphs import TwoGraphs, join_graphs
 from graphveil.plugins.node_dp.task import NodeClassification
 from graphveil.plugins.standard.relational import RelationalTask
+from graphveil.plugins.standard.sources.planetoid import load_planetoid
 from graphveil.run.config import DataConfig, config_from_dict, load_config
 
 # ----------------------------------------------------------------------------------- planetoid_full

@@ -21,7 +21,7 @@ from _tables import ENTITIES, RELATIONS, same_graph, write_csv
 
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data import RelationalGraph, load_bundled_citeseer, load_data
-from graphveil.data import sql as sql_module
+from graphveil.plugins.standard.sources import sql as sql_module
 from graphveil.run.config import DataConfig, load_config
 
 #: one PostgreSQL server (the session fixture ``pg``) for the module: its tests run on one xdist worker
@@ -497,7 +497,7 @@ def test_options_are_checked_before_connecting() -> None:
 
 @pytest.mark.slow  # two fresh interpreters importing GraphVeil
 def test_sqlalchemy_is_imported_only_when_used_and_its_absence_is_explained() -> None:
-    code = ("import sys; import graphveil.data; from graphveil.plugins.standard import data_sources as d; "
+    code = ("import sys; import graphveil.data; from graphveil.plugins.standard import sources; "
             "from graphveil.contract.host import default_host; default_host(); print('sqlalchemy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

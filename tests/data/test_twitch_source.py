@@ -19,7 +19,7 @@ from graphveil.contract.errors import ConfigError, DataError
 from graphveil.contract.host import default_host
 from graphveil.data.loaders import load_data
 from graphveil.data.node_graph import NodeGraph
-from graphveil.data.twitch import load_twitch
+from graphveil.plugins.standard.sources.twitch import load_twitch
 from graphveil.run.config import DataConfig, load_config
 
 ROOT = REPO

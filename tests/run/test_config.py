@@ -95,7 +95,7 @@ def test_data_column_keys_default_to_the_loader_defaults_and_are_checked(tmp_pat
                                               "data.id_col=node", "data.text_col=abstract", "data.label_col=kind"])
     assert (cfg.data.source_col, cfg.data.target_col, cfg.data.id_col, cfg.data.text_col, cfg.data.label_col) == (
         "id_1", "id_2", "node", "abstract", "kind")
-    from graphveil.plugins.standard.data_sources import EdgeListOptions
+    from graphveil.plugins.standard.sources.edge_list import EdgeListOptions
 
     assert all(EdgeListOptions.model_fields[k].description
                for k in ("source_col", "target_col", "id_col", "text_col", "label_col"))

@@ -1,6 +1,6 @@
-"""The ``parquet`` source's loader: a relation table and an entity table in Parquet files.
+"""The ``parquet`` source: a relation table and an entity table in Parquet files.
 
-The same graph as ``edge_list`` (:func:`~graphveil.data.loaders.load_edge_list`) builds from
+The same graph as ``edge_list`` (:func:`~graphveil.plugins.standard.sources.edge_list.load_edge_list`) builds from
 the same data, through the same validation (:func:`~graphveil.data.validate.build_graph`):
 ids are strings (integer id columns are written out in decimal), stripped of surrounding
 whitespace; an empty or null label means unlabelled. Messages name the file and the 1-based
@@ -20,10 +20,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
+
+from graphveil.contract.data_source import DataSource
 from graphveil.contract.errors import DataError
 from graphveil.data.graph import RelationalGraph
-from graphveil.data.loaders import EDGE_HEADERS
+from graphveil.data.tables import edge_columns
 from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
+from graphveil.plugins.standard.sources._options import TableOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,6 +35,37 @@ if TYPE_CHECKING:
 
 #: Rows per record batch: bounds the relation ids held as Python strings at once.
 BATCH_ROWS = 65_536
+
+
+class ParquetOptions(TableOptions):
+    path: Path = Field(description=(
+        "Relation table (.parquet): one relation per row; read by row group, only the two id columns."))
+    entities: Path = Field(description=(
+        "Entity table (.parquet) with an id column (strings or integers) and a text column (strings)."))
+    source_col: str | None = Field(None, min_length=1, description=(
+        "Column of the relation table holding the first entity id of each relation (set with "
+        "target_col). Default: the recognised pair of column names edge_list's header detection "
+        "uses (source/target, src/dst, from/to, ...), case-insensitive."))
+    id_col: str = Field("id", min_length=1, description="Column of the entity table holding the entity id.")
+    text_col: str = Field("text", min_length=1, description="Column of the entity table holding the entity text.")
+    label_col: str | None = Field(None, min_length=1, description=(
+        "Column of the entity table holding a class label (empty or null: unlabelled). Default: no labels."))
+
+
+class ParquetSource(DataSource):
+    """A text-attributed graph from Parquet tables (data.path, data.entities): edge_list's graph, streamed with pyarrow."""
+
+    Params = ParquetOptions
+
+    def load(self) -> RelationalGraph:
+        p = self.params
+        return load_parquet(
+            p.path, p.entities, source_col=p.source_col, target_col=p.target_col, id_col=p.id_col,
+            text_col=p.text_col, label_col=p.label_col, option_prefix="data.",
+        )
+
+
+# ------------------------------------------------------------------------------------ reader
 
 
 def _open(path: Path) -> pq.ParquetFile:
@@ -135,25 +170,6 @@ def read_parquet_entities(
     return EntityRecords(source, ids, range(1, len(ids) + 1), texts, labels if label_col else None, "row")
 
 
-def edge_columns(names: list[str], source: str, source_col: str | None, target_col: str | None,
-                 prefix: str = "") -> tuple[str, str]:
-    """The relation table's two id columns: as given, else the first recognised pair of
-    :data:`~graphveil.data.loaders.EDGE_HEADERS` (case-insensitive), as ``edge_list`` reads a header."""
-    if (source_col is None) != (target_col is None):
-        raise DataError(f"{source}: give both {prefix}source_col and {prefix}target_col, or neither")
-    if source_col is not None and target_col is not None:
-        return source_col, target_col
-    lower = [n.strip().lower() for n in names]
-    pair = next(((a, b) for a, b in EDGE_HEADERS if a in lower and b in lower), None)
-    if pair is None:
-        raise DataError(
-            f"{source}: no recognised source/target column pair among {', '.join(names)} "
-            f"({', '.join('/'.join(p) for p in EDGE_HEADERS)}); set {prefix}source_col and "
-            f"{prefix}target_col to two of its columns"
-        )
-    return names[lower.index(pair[0])], names[lower.index(pair[1])]
-
-
 def read_parquet_edges(
     path: str | os.PathLike[str],
     *,
@@ -194,7 +210,8 @@ def load_parquet(
     option_prefix: str = "",
 ) -> RelationalGraph:
     """A text-attributed graph from a Parquet relation table and a Parquet entity table (the
-    ``parquet`` source); options and result as :func:`~graphveil.data.loaders.load_edge_list`."""
+    ``parquet`` source); options and result as
+    :func:`~graphveil.plugins.standard.sources.edge_list.load_edge_list`."""
     entities = read_parquet_entities(
         entities_path, id_col=id_col, text_col=text_col, label_col=label_col, option_prefix=option_prefix
     )

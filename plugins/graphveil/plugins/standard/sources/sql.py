@@ -1,4 +1,4 @@
-"""The ``sql`` source's loader: entities and relations from database tables or read-only queries.
+"""The ``sql`` source: entities and relations from database tables or read-only queries.
 
 Any database SQLAlchemy 2 reaches through a URL: PostgreSQL (``postgresql+psycopg://``, psycopg 3),
 SQLite (``sqlite:///graph.db``), DuckDB (``duckdb:///graph.duckdb``, with duckdb-engine). The graph
@@ -46,10 +46,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ConfigDict, Field, model_validator
+
+from graphveil.contract.data_source import DataSource
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data.graph import RelationalGraph
-from graphveil.data.parquet import edge_columns
+from graphveil.data.tables import edge_columns
 from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
+from graphveil.plugins.standard.sources._options import SourceOptions, check_columns
 from graphveil.redaction import is_secret_key, mask_secrets
 
 if TYPE_CHECKING:
@@ -74,6 +78,75 @@ _WRITE_NODES = ("DML", "DDL", "Into", "Drop", "Alter", "TruncateTable", "Command
                 "Pragma", "Attach", "Detach", "Grant", "Revoke", "Transaction", "Commit", "Rollback",
                 "Use", "Install", "Export", "LoadData", "Kill")
 
+
+
+class SqlOptions(SourceOptions):
+    """Options of the ``sql`` source; never a password (see the module's docstring)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)  # a refused URL is not echoed
+
+    url: str = Field(description=(
+        "SQLAlchemy database URL without a password, e.g. postgresql+psycopg://alice@db:5432/graph, "
+        "sqlite:///graph.db, duckdb:///graph.duckdb. A URL holding a password is refused."))
+    password_env: str | None = Field(None, min_length=1, description=(
+        "Name of the environment variable holding the password (default: none; PostgreSQL then "
+        "uses libpq's PGPASSWORD / PGPASSFILE / ~/.pgpass)."))
+    password_file: Path | None = Field(None, description="File holding only the password (trailing newline ignored).")
+    entities_table: str | None = Field(None, min_length=1, description=(
+        "Entity table (schema.table allowed), read ORDER BY id_col; or give entities_query."))
+    entities_query: str | None = Field(None, min_length=1, description=(
+        "One SELECT giving the entity rows, read in its own order (add an ORDER BY); or give entities_table."))
+    relations_table: str | None = Field(None, min_length=1, description=(
+        "Relation table: one relation per row, two entity-id columns; or give relations_query."))
+    relations_query: str | None = Field(None, min_length=1, description=(
+        "One SELECT giving the relation rows; or give relations_table."))
+    source_col: str | None = Field(None, min_length=1, description=(
+        "Column of the relations holding the first entity id of each relation (set with "
+        "target_col). Default: the recognised pair of column names edge_list's header detection "
+        "uses (source/target, src/dst, from/to, ...), case-insensitive."))
+    target_col: str | None = Field(None, min_length=1, description=(
+        "Column of the relations holding the second entity id (set with source_col)."))
+    id_col: str = Field("id", min_length=1, description="Column of the entities holding the entity id (strings or integers).")
+    text_col: str = Field("text", min_length=1, description="Column of the entities holding the entity text.")
+    label_col: str | None = Field(None, min_length=1, description=(
+        "Column of the entities holding a class label (empty or null: unlabelled). Default: no labels."))
+    chunk_rows: int = Field(CHUNK_ROWS, ge=1, description=(
+        "Rows fetched at a time (a server-side cursor on PostgreSQL): bounds the rows held in memory."))
+
+    @model_validator(mode="after")
+    def _sql(self) -> SqlOptions:
+        if self.password_env is not None and self.password_file is not None:
+            raise ValueError("give one of data.password_env and data.password_file, not both")
+        try:
+            check_url(self.url)
+            for what in ("entities", "relations"):
+                table, query = getattr(self, f"{what}_table"), getattr(self, f"{what}_query")
+                if (table is None) == (query is None):
+                    raise ValueError(f"give one of data.{what}_table and data.{what}_query")
+                if query is not None:
+                    check_select(query, f"data.{what}_query", sql_dialect(self.url))
+        except ConfigError as exc:  # pydantic reports ValueErrors only
+            raise ValueError(str(exc)) from None
+        return check_columns(self)
+
+
+class SqlSource(DataSource):
+    """A text-attributed graph from database tables or read-only queries (data.url; SQLAlchemy, streamed)."""
+
+    Params = SqlOptions
+
+    def load(self) -> RelationalGraph:
+        p = self.params
+        return load_sql(
+            p.url, entities_table=p.entities_table, entities_query=p.entities_query,
+            relations_table=p.relations_table, relations_query=p.relations_query,
+            source_col=p.source_col, target_col=p.target_col, id_col=p.id_col, text_col=p.text_col,
+            label_col=p.label_col, password_env=p.password_env, password_file=p.password_file,
+            chunk_rows=p.chunk_rows, option_prefix="data.",
+        )
+
+
+# ------------------------------------------------------------------------------ database
 
 def sqlalchemy() -> Any:
     """The ``sqlalchemy`` module, or a :class:`ConfigError` saying how to install it."""
@@ -435,7 +508,7 @@ def load_sql(
 ) -> RelationalGraph:
     """A text-attributed graph from an entity table (or query) and a relation table (or query)
     of the database at ``url`` (the ``sql`` source); columns and result as
-    :func:`~graphveil.data.loaders.load_edge_list`. Give exactly one of ``entities_table`` /
+    :func:`~graphveil.plugins.standard.sources.edge_list.load_edge_list`. Give exactly one of ``entities_table`` /
     ``entities_query`` and one of ``relations_table`` / ``relations_query``.
 
     :raises ConfigError: a URL holding a password, a query that is not one SELECT.
