@@ -133,7 +133,7 @@ def test_options_are_checked_before_reading() -> None:
                                              sep=",", split=DataConfig().split))
     cfg = DataConfig(source="parquet", path="r.parquet", entities="e.parquet")
     assert cfg.params == {"path": Path("r.parquet"), "entities": Path("e.parquet"), "source_col": None,
-                          "target_col": None, "id_col": "id", "text_col": "text", "label_col": None}
+                          "target_col": None, "id_col": "id", "text_col": "text", "label_col": None, "features_col": None, "feature_cols": None, "features_table": None, "num_features": None}
 
 
 def test_pyarrow_is_imported_only_when_a_parquet_file_is_read() -> None:

@@ -77,7 +77,7 @@ def test_planetoid_full_refuses_what_it_cannot_keep_exact() -> None:
         task.setup(load_data(cfg), cfg.split)
     toy = NodeGraph("toy", torch.eye(3), torch.tensor([0, 1, 0]), torch.tensor([[0, 1], [1, 0]]),
                     ["a", "b", "c"], ["x", "y"])
-    with pytest.raises(ConfigError, match=r"toy carries no public Planetoid split"):
+    with pytest.raises(ConfigError, match=r"toy carries no public split"):
         planetoid_full_split(toy)
 
 

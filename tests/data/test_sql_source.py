@@ -492,7 +492,7 @@ def test_options_are_checked_before_connecting() -> None:
     assert cfg.params == {"url": url, "password_env": None, "password_file": None, "entities_table": "e",
                           "entities_query": None, "relations_table": "r", "relations_query": None,
                           "source_col": None, "target_col": None, "id_col": "id", "text_col": "text",
-                          "label_col": None, "chunk_rows": 65_536}
+                          "label_col": None, "chunk_rows": 65_536, "features_col": None, "feature_cols": None, "features_table": None, "num_features": None, "features_query": None}
 
 
 @pytest.mark.slow  # two fresh interpreters importing GraphVeil

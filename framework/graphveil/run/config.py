@@ -79,8 +79,10 @@ class SplitConfig(_Strict):
         "(zero-shot relation prediction); random_node: nodes split into train / val / test by "
         "val_fraction and test_fraction (node classification, dp-gnn's protocol); planetoid_full: "
         "the public Planetoid split's 500 validation and 1000 test nodes, every other node trains "
-        "(PyG's Planetoid(split='full'); source planetoid); two_graphs: train on the whole of the "
-        "data graph (graph A), evaluate zero-shot on the whole of eval_data (graph B)."))
+        "(PyG's Planetoid(split='full'); source planetoid), or a pyg Data's val_mask and test_mask, "
+        "every other labelled node trains (source pyg); unlabelled nodes are on no side; "
+        "two_graphs: train on the whole of the data graph (graph A), evaluate zero-shot on the "
+        "whole of eval_data (graph B)."))
     train_fraction: float = Field(0.5, gt=0, lt=1, description="transfer: share of entities on the training side.")
     val_fraction: float = Field(0.1, ge=0, lt=1, description="random_node: share of nodes for validation.")
     test_fraction: float = Field(0.15, gt=0, lt=1, description="random_node: share of nodes for test.")

@@ -1,6 +1,11 @@
 """The ``edge_list`` source: an edge file (CSV/TSV/whitespace) and an entity table (CSV/TSV/JSONL).
 
 ``data: {source: edge_list, path: e.csv, entities: t.csv, source_col: id_1, target_col: id_2}``.
+
+With node features named (``feature_cols``; ``features_col`` for a JSONL entity table;
+``features_table``) and ``label_col``, the graph is a node graph for node classification
+(:mod:`graphveil.data.node_table`): the entity table, and the features table, are then read
+columnar by pyarrow, and no text column is read.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from pydantic import Field
 from graphveil.contract.data_source import DataSource
 from graphveil.contract.errors import DataError
 from graphveil.data.graph import RelationalGraph
+from graphveil.data.node_graph import NodeGraph
+from graphveil.data.node_table import NodeColumns, build_node_graph, node_rows, sparse_features
 from graphveil.data.tables import (
     EDGE_HEADERS,
     JSONL_SUFFIXES,
@@ -43,12 +50,17 @@ class EdgeListOptions(TableOptions):
 
 
 class EdgeListSource(DataSource):
-    """A text-attributed graph from an edge file and an entity table (data.path, data.entities)."""
+    """A text-attributed graph from an edge file and an entity table (data.path, data.entities),
+    or a node graph when node features are named."""
 
     Params = EdgeListOptions
 
-    def load(self) -> RelationalGraph:
+    def load(self) -> RelationalGraph | NodeGraph:
         p = self.params
+        columns = p.node_columns()
+        if columns is not None:
+            return load_edge_list_nodes(p.path, p.entities, columns, source_col=p.source_col,
+                                        target_col=p.target_col)
         return load_edge_list(
             p.path, p.entities, source_col=p.source_col, target_col=p.target_col, id_col=p.id_col,
             text_col=p.text_col, label_col=p.label_col, option_prefix="data.",
@@ -260,3 +272,70 @@ def load_edge_list(
         option_prefix=option_prefix,
     )
     return build_graph(name or Path(edges_path).stem, entities, edges, on_unknown=on_unknown)
+
+
+# ---------------------------------------------------------------------------------- node graph
+
+
+def _arrow_format(path: Path) -> str:
+    """``"jsonl"``, or the delimiter of a CSV/TSV table: by extension, else from the first line."""
+    suffix = path.suffix.lower()
+    if suffix in JSONL_SUFFIXES:
+        return "jsonl"
+    if suffix == ".csv":
+        return ","
+    if suffix in TAB_SUFFIXES:
+        return "\t"
+    with path.open("rb") as f:
+        head = first_line(f.read(1 << 16).decode("utf-8", "replace"))
+    return "jsonl" if head.lstrip().startswith("{") else "\t" if "\t" in head else ","
+
+
+def read_arrow_table(path: str | os.PathLike[str], wanted: Any, id_col: str) -> Any:
+    """A CSV/TSV (header row) or JSONL table as a :class:`pyarrow.Table` of the columns
+    ``wanted(names)`` returns; ``id_col`` is read as text (ids like ``007`` stay themselves)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.json as pajson
+
+    path = Path(path)
+    source = str(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    fmt = _arrow_format(path)
+    try:
+        if fmt == "jsonl":
+            table = pajson.read_json(path)
+            return table.select(wanted(table.column_names))
+        parse = pacsv.ParseOptions(delimiter=fmt)
+        with pacsv.open_csv(path, parse_options=parse) as reader:
+            names = reader.schema.names
+        convert = pacsv.ConvertOptions(include_columns=wanted(names), column_types={id_col: pa.string()})
+        return pacsv.read_csv(path, parse_options=parse, convert_options=convert)
+    except pa.ArrowException as exc:
+        raise DataError(f"{source}: cannot be read as a table ({exc})") from exc
+
+
+def load_edge_list_nodes(
+    edges_path: str | os.PathLike[str],
+    entities_path: str | os.PathLike[str],
+    columns: NodeColumns,
+    *,
+    source_col: str | None = None,
+    target_col: str | None = None,
+    name: str | None = None,
+) -> NodeGraph:
+    """A node graph from an edge file (as :func:`read_edge_records`) and an entity table
+    (CSV/TSV/JSONL) holding the node ids, labels and features (``columns``); with
+    ``columns.features_table``, the features come from that long table (CSV/TSV/JSONL)."""
+    source = str(entities_path)
+    table = read_arrow_table(entities_path, lambda names: columns.entity_columns(names, source),
+                             columns.id_col)
+    nodes = node_rows(table, columns, source)
+    if columns.features_table is not None:
+        sparse = read_arrow_table(columns.features_table, lambda names: names, columns.id_col)
+        nodes.x = sparse_features(sparse, columns.id_col, nodes.ids, columns.features_table,
+                                  columns.num_features, f"{columns.prefix}features_table")
+    edges = read_edge_records(edges_path, set(nodes.ids), source_col=source_col, target_col=target_col,
+                              option_prefix=columns.prefix)
+    return build_node_graph(name or Path(edges_path).stem, nodes, edges)

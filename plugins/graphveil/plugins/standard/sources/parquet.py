@@ -11,6 +11,11 @@ group at a time (:meth:`pyarrow.parquet.ParquetFile.iter_batches`), and each bat
 turned into int64 index pairs before the next is read. A relation table whose rows would not
 fit in memory as Python strings therefore still loads, as long as the compact graph (16 bytes
 per relation) and the entity table do. pyarrow is imported only here, when a Parquet file is read.
+
+With node features named (``features_col``: a ``list<float>`` column; ``feature_cols``;
+``features_table``: a sparse long Parquet table) and ``label_col``, the graph is a node graph for
+node classification (:mod:`graphveil.data.node_table`): only the id, label and feature columns
+of the entity table are read, as Arrow columns turned into one float32 matrix.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from pydantic import Field
 from graphveil.contract.data_source import DataSource
 from graphveil.contract.errors import DataError
 from graphveil.data.graph import RelationalGraph
+from graphveil.data.node_graph import NodeGraph
+from graphveil.data.node_table import NodeColumns, build_node_graph, node_rows, sparse_features
 from graphveil.data.tables import edge_columns
 from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
 from graphveil.plugins.standard.sources._options import TableOptions
@@ -41,7 +48,12 @@ class ParquetOptions(TableOptions):
     path: Path = Field(description=(
         "Relation table (.parquet): one relation per row; read by row group, only the two id columns."))
     entities: Path = Field(description=(
-        "Entity table (.parquet) with an id column (strings or integers) and a text column (strings)."))
+        "Entity table (.parquet) with an id column (strings or integers) and a text column "
+        "(strings), or, for a node graph, the label and feature columns."))
+    features_table: Path | None = Field(None, description=(
+        "Node graph: a sparse long Parquet table of features with the columns <id_col>, feature "
+        "(integer index from 0, or names) and value (optional, default 1); a node without rows "
+        "has zero features."))
     source_col: str | None = Field(None, min_length=1, description=(
         "Column of the relation table holding the first entity id of each relation (set with "
         "target_col). Default: the recognised pair of column names edge_list's header detection "
@@ -57,8 +69,12 @@ class ParquetSource(DataSource):
 
     Params = ParquetOptions
 
-    def load(self) -> RelationalGraph:
+    def load(self) -> RelationalGraph | NodeGraph:
         p = self.params
+        columns = p.node_columns()
+        if columns is not None:
+            return load_parquet_nodes(p.path, p.entities, columns, source_col=p.source_col,
+                                      target_col=p.target_col)
         return load_parquet(
             p.path, p.entities, source_col=p.source_col, target_col=p.target_col, id_col=p.id_col,
             text_col=p.text_col, label_col=p.label_col, option_prefix="data.",
@@ -219,3 +235,40 @@ def load_parquet(
                                 option_prefix=option_prefix)
     return build_graph(name or Path(edges_path).stem, entities, chunks, on_unknown=on_unknown,
                        edge_source=str(edges_path))
+
+
+def _read_table(path: str | os.PathLike[str], wanted: Any) -> Any:
+    """The columns ``wanted(names)`` of a Parquet file, as one Arrow table."""
+    import pyarrow as pa
+
+    path = Path(path)
+    pf = _open(path)
+    columns = wanted(pf.schema_arrow.names)
+    try:
+        return pf.read(columns=columns)
+    except pa.ArrowException as exc:
+        raise DataError(f"{path}: cannot read columns {', '.join(columns)} ({exc})") from exc
+
+
+def load_parquet_nodes(
+    edges_path: str | os.PathLike[str],
+    entities_path: str | os.PathLike[str],
+    columns: NodeColumns,
+    *,
+    source_col: str | None = None,
+    target_col: str | None = None,
+    name: str | None = None,
+) -> NodeGraph:
+    """A node graph from a Parquet relation table (streamed, as :func:`read_parquet_edges`) and
+    a Parquet entity table holding the node ids, labels and features (``columns``); with
+    ``columns.features_table``, the features come from that long Parquet table."""
+    source = str(entities_path)
+    table = _read_table(entities_path, lambda names: columns.entity_columns(names, source))
+    nodes = node_rows(table, columns, source)
+    if columns.features_table is not None:
+        sparse = _read_table(columns.features_table, lambda names: names)
+        nodes.x = sparse_features(sparse, columns.id_col, nodes.ids, columns.features_table,
+                                  columns.num_features, f"{columns.prefix}features_table")
+    chunks = read_parquet_edges(edges_path, source_col=source_col, target_col=target_col,
+                                option_prefix=columns.prefix)
+    return build_node_graph(name or Path(edges_path).stem, nodes, chunks)
