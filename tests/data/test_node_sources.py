@@ -13,9 +13,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 import torch
+from _paths import REPO
 from _tables import EDGES, IDS, LABELS, X, check_graph
 from pydantic import ValidationError
 
+from graphveil.apps.cli import main
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data import NodeGraph, RelationalGraph, load_data, load_graph, planetoid_full_split
 from graphveil.data.node_split import random_node_split
@@ -259,3 +261,53 @@ def test_an_unlabelled_node_is_on_no_side_of_the_random_split(tmp_path: Path) ->
         sides = sorted(torch.cat([split.train, split.val, split.test]).tolist())
         assert sides == [0, 1, 2, 4, 5]  # n3 has no label
     assert checked >= 5
+
+
+# ------------------------------------------------------------------------------- a whole run
+
+
+def _cora_files(folder: Path) -> dict[str, Path]:
+    """Bundled Cora written as an owner would hold it: a pyg Data file, Parquet tables with a
+    list column (ids are not row numbers)."""
+    from torch_geometric.data import Data
+
+    from graphveil.plugins.standard.sources.planetoid import load_planetoid
+
+    g = load_planetoid("cora", preprocess="none")
+    torch.save(Data(x=g.x, y=g.y, edge_index=g.edge_index, label_names=g.class_names), folder / "cora.pt")
+    ids = [f"paper{i}" for i in range(g.num_nodes)]
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(g.x.numpy().reshape(-1)), g.num_features)
+    pq.write_table(pa.table({"id": ids, "label": [g.class_names[c] for c in g.y.tolist()],
+                             "x": vec.cast(pa.list_(pa.float32()))}), folder / "nodes.parquet")
+    u, v = g.edge_index
+    once = u < v
+    pq.write_table(pa.table({"src": [ids[i] for i in u[once].tolist()], "dst": [ids[i] for i in v[once].tolist()]}),
+                   folder / "edges.parquet")
+    return {"pt": folder / "cora.pt", "nodes": folder / "nodes.parquet", "edges": folder / "edges.parquet"}
+
+
+@pytest.mark.slow  # two DP-MLP trainings on Cora (one epoch each)
+def test_dp_mlp_runs_on_the_owners_graph_with_only_data_changed(tmp_path: Path) -> None:
+    files = _cora_files(tmp_path)
+    example = str(REPO / "examples" / "dp_mlp_cora.yaml")
+    quick = ["--set", "sweep=null", "--set", "training.epochs=1", "--no-progress"]
+    sources = {
+        "pyg": ["--set", "data.source=pyg", "--set", f"data.path={files['pt']}"],  # issue 27's command
+        "parquet": ["--set", "data.source=parquet", "--set", f"data.path={files['edges']}", "--set",
+                    f"data.entities={files['nodes']}", "--set", "data.features_col=x", "--set", "data.label_col=label"],
+    }
+    for name, options in sources.items():
+        out = tmp_path / f"run-{name}"
+        assert main(["run", example, *options, *quick, "--output", str(out)]) == 0
+        evaluation = json.loads((out / "evaluation.json").read_text())
+        assert 0 <= evaluation["test_accuracy"] <= 1 and evaluation["majority_accuracy"] > 0
+        spent = json.loads((out / "privacy.json").read_text())
+        assert 0 < spent["epsilon"] <= 16 + 1e-9
+    # bad input: exit 2 and nothing written
+    table = pq.read_table(files["nodes"])
+    pq.write_table(table.set_column(2, "x", pa.array([[1.0]] + table.column("x").to_pylist()[1:])),
+                   tmp_path / "ragged.parquet")
+    out = tmp_path / "run-bad"
+    bad = sources["parquet"][:5] + [f"data.entities={tmp_path / 'ragged.parquet'}"] + sources["parquet"][6:]
+    assert main(["run", example, *bad, *quick, "--output", str(out)]) == 2
+    assert not out.exists()

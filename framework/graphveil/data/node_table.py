@@ -327,7 +327,8 @@ def build_node_graph(name: str, nodes: NodeRows, edges: EdgeRecords | Iterable[E
     pairs, notes = index_edges(edges, position)
     edge_index, edge_notes = undirected_edge_index(pairs.t(), len(nodes.ids))
     return NodeGraph(
-        name=name, x=torch.from_numpy(nodes.x), y=torch.from_numpy(nodes.y), edge_index=edge_index,
+        name=name, x=torch.from_numpy(np.require(nodes.x, requirements="W")),  # Arrow's buffers are read-only
+        y=torch.from_numpy(np.require(nodes.y, requirements="W")), edge_index=edge_index,
         node_ids=nodes.ids, class_names=nodes.class_names, notes={**notes, **edge_notes},
     )
 

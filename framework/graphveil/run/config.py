@@ -485,5 +485,17 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         raise ConfigError(f"{path}: not UTF-8 text ({exc})") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
-    raw = apply_overrides(raw, overrides or [])
+    raw = apply_overrides(drop_source_options(raw, overrides or []), overrides or [])
     return config_from_dict(raw, str(path))
+
+
+def drop_source_options(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """With a ``--set data.source=`` naming another source than the file's, the file's options
+    of its own source (e.g. planetoid's ``name``) are dropped: the new source's come from
+    ``--set`` (``data.split``, ``max_entities`` and ``classes`` stay)."""
+    data = raw.get("data")
+    sources = [value for parts, value in map(parse_override, overrides) if parts == ["data", "source"]]
+    if not isinstance(data, dict) or not sources or sources[-1] == data.get("source"):
+        return raw
+    keep = set(DataConfig.model_fields) - {"source"}
+    return {**raw, "data": {k: v for k, v in data.items() if k in keep}}
