@@ -1014,6 +1014,24 @@ MUTANTS: tuple[Mutant, ...] = (
           "                head = ledger.witness_head()\n",
           "                pass  # MUTANT: no head after a refusal\n"),),
     ),
+    Mutant(
+        "node-split-unlabelled", "keeping unlabelled nodes (y = -1) off every side of the random node split",
+        (("framework/graphveil/data/node_split.py",
+          "    sides[~graph.labelled] = UNLABELLED  # keyed per id: no labelled node changes side\n",
+          "    pass  # MUTANT\n"),),
+    ),
+    Mutant(
+        "node-table-ragged", "the refusal of feature vectors of different lengths in a list column",
+        (("framework/graphveil/data/node_table.py",
+          "    if ragged.size:\n",
+          "    if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "node-table-sparse-unknown", "the refusal of a sparse feature row naming an unknown node",
+        (("framework/graphveil/data/node_table.py",
+          "    if node.null_count:\n",
+          "    if False:  # MUTANT\n"),),
+    ),
 )
 
 # Not a real mutant: breaks the import of graphveil in the copy. --self-test runs it to prove

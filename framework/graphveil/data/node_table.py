@@ -147,32 +147,52 @@ def check_finite(x: np.ndarray, ids: list[str], source: str, names: list[str] | 
 
 
 def list_features(column: Any, name: str, ids: list[str], source: str, option: str) -> np.ndarray:
-    """``(n, F)`` float32 from a list column: every row a list of ``F`` numbers."""
+    """``(n, F)`` float32 from a list column: every row a list of ``F`` numbers. Filled chunk by
+    chunk (a Parquet row group, a fetched batch) into one array, so the column is never copied whole."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    column = _plain(column)
-    t = column.type
+    t = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
     if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) \
             or not _numeric(t.value_type):
         raise DataError(f"{source}: column {name!r} ({option}) holds {t}, not a list of numbers")
-    if column.null_count:
-        raise DataError(f"{_where(source, _first_null(column), ids)}: column {name!r} ({option}) is null")
-    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
-    width = int(lengths[0])
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    x: np.ndarray | None = None
+    row = 0
+    for chunk in chunks:
+        if len(chunk) == 0:
+            continue
+        block = _list_block(_plain(chunk), name, ids, source, option, row,
+                            None if x is None else x.shape[1])
+        if x is None:
+            x = np.empty((len(ids), block.shape[1]), dtype=np.float32)
+        x[row:row + len(block)] = block
+        row += len(block)
+    if x is None:
+        raise DataError(f"{source}: no nodes")
+    return check_finite(x, ids, source)
+
+
+def _list_block(chunk: Any, name: str, ids: list[str], source: str, option: str, first: int,
+                width: int | None) -> np.ndarray:
+    """One chunk of a list column as ``(rows, F)`` (rows numbered from ``first``)."""
+    import pyarrow.compute as pc
+
+    if chunk.null_count:
+        raise DataError(f"{_where(source, first + _first_null(chunk), ids)}: column {name!r} ({option}) is null")
+    lengths = pc.list_value_length(chunk).to_numpy(zero_copy_only=False)
+    width = int(lengths[0]) if width is None else width
     ragged = np.flatnonzero(lengths != width)
     if ragged.size:
-        r = int(ragged[0])
-        raise DataError(f"{_where(source, r, ids)}: column {name!r} ({option}) holds {lengths[r]} values, "
-                        f"row 1 holds {width}: every node needs the same number of features")
+        r = first + int(ragged[0])
+        raise DataError(f"{_where(source, r, ids)}: column {name!r} ({option}) holds {lengths[r - first]} "
+                        f"values, row 1 holds {width}: every node needs the same number of features")
     if width == 0:
         raise DataError(f"{source}: column {name!r} ({option}) holds empty lists")
-    values = column.flatten()  # the rows' values only, whatever the offsets or slicing
+    values = chunk.flatten()  # the rows' values only, whatever the offsets or slicing
     if values.null_count:
-        raise DataError(f"{_where(source, _first_null(values) // width, ids)}: column {name!r} ({option}) "
-                        f"holds a null value")
-    x = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(len(ids), width)
-    return check_finite(x, ids, source)
+        raise DataError(f"{_where(source, first + _first_null(values) // width, ids)}: column {name!r} "
+                        f"({option}) holds a null value")
+    return values.to_numpy(zero_copy_only=False).reshape(len(chunk), width)
 
 
 def column_features(table: Any, names: list[str], ids: list[str], source: str, option: str) -> np.ndarray:

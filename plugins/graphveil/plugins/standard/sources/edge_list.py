@@ -332,6 +332,7 @@ def load_edge_list_nodes(
     table = read_arrow_table(entities_path, lambda names: columns.entity_columns(names, source),
                              columns.id_col)
     nodes = node_rows(table, columns, source)
+    del table  # the features are in nodes.x now: the table's memory is free for the edges
     if columns.features_table is not None:
         sparse = read_arrow_table(columns.features_table, lambda names: names, columns.id_col)
         nodes.x = sparse_features(sparse, columns.id_col, nodes.ids, columns.features_table,

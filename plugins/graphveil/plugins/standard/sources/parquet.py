@@ -265,6 +265,7 @@ def load_parquet_nodes(
     source = str(entities_path)
     table = _read_table(entities_path, lambda names: columns.entity_columns(names, source))
     nodes = node_rows(table, columns, source)
+    del table  # the features are in nodes.x now: the table's memory is free for the edges
     if columns.features_table is not None:
         sparse = _read_table(columns.features_table, lambda names: names)
         nodes.x = sparse_features(sparse, columns.id_col, nodes.ids, columns.features_table,
