@@ -35,8 +35,9 @@ the password hidden, and a message that would still hold the password has it rep
 Node graphs: with node features named (``features_col``: an array column, PostgreSQL
 ``real[]``/``float8[]`` or a DuckDB list; ``feature_cols``; ``features_table`` / ``features_query``:
 a sparse long table) and ``label_col``, the entity rows give a node graph for node
-classification (:mod:`graphveil.data.node_table`): each fetched chunk becomes Arrow columns (an
-array cell a list value) before the next is fetched, and the features one float32 matrix.
+classification (:mod:`graphveil.data.node_table`): DuckDB hands its result over as Arrow record
+batches; on other databases each fetched chunk becomes Arrow columns (an array cell a list value)
+before the next is fetched; the features become one float32 matrix.
 
 SQLAlchemy and sqlglot are imported only here, when a database is read or a query checked
 (``pip install graphveil[sql]``).
@@ -47,6 +48,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -410,24 +412,46 @@ class _Rows:
         The rows come straight from the DB-API cursor of the connection's read-only transaction
         (plain tuples: a SQLAlchemy Row per row would cost more than the rest of the load), a
         named, server-side cursor on PostgreSQL so that only one chunk is ever on the client."""
-        sa = sqlalchemy()
-        if self.table:
-            stmt = sa.select(*[sa.column(c) for c in wanted]).select_from(self._from())
-            if order_by is not None:
-                stmt = stmt.order_by(sa.column(order_by))
-            sql = str(stmt.compile(dialect=self.conn.dialect))
-        else:
-            sql = self.query
-        raw = self.conn.connection.dbapi_connection
-        cursor = raw.cursor(name="graphveil_rows") if self.conn.dialect.name == "postgresql" else raw.cursor()
+        cursor = self._cursor()
         try:
-            cursor.execute(sql)
+            cursor.execute(self._select(wanted, order_by))
             keys = [d[0] for d in cursor.description]
             pick = None if keys == wanted else [keys.index(c) for c in wanted]
             row = 1
             while part := cursor.fetchmany(chunk_rows):
                 yield row, part if pick is None else [tuple(r[i] for i in pick) for r in part]
                 row += len(part)
+        finally:
+            cursor.close()
+
+    def _select(self, wanted: list[str], order_by: str | None) -> str:
+        if not self.table:
+            return self.query
+        sa = sqlalchemy()
+        stmt = sa.select(*[sa.column(c) for c in wanted]).select_from(self._from())
+        if order_by is not None:
+            stmt = stmt.order_by(sa.column(order_by))
+        return str(stmt.compile(dialect=self.conn.dialect))
+
+    def _cursor(self) -> Any:
+        raw = self.conn.connection.dbapi_connection
+        return raw.cursor(name="graphveil_rows") if self.conn.dialect.name == "postgresql" else raw.cursor()
+
+    def arrow(self, wanted: list[str], chunk_rows: int, order_by: str | None = None) -> Any:
+        """The wanted columns as one Arrow table, read as :meth:`stream` reads them. DuckDB hands
+        its result over as Arrow record batches (no Python object per value); other databases'
+        fetched chunks become Arrow columns as they arrive (:func:`~graphveil.data.node_table.arrow_table`)."""
+        if self.conn.dialect.name != "duckdb":
+            return arrow_table((part for _, part in self.stream(wanted, chunk_rows, order_by)), wanted, self.source)
+        import pyarrow as pa
+
+        cursor = self._cursor()
+        try:
+            cursor.execute(self._select(wanted, order_by))
+            with warnings.catch_warnings():  # "an extra copy of the rows": one batch at a time
+                warnings.simplefilter("ignore", UserWarning)
+                reader = cursor.to_arrow_reader(chunk_rows)
+            return pa.Table.from_batches(list(reader), schema=reader.schema).select(wanted)
         finally:
             cursor.close()
 
@@ -577,19 +601,15 @@ def load_sql(
                            edge_source=relations.source)
 
 
-def _arrow(rows: _Rows, wanted: list[str], chunk_rows: int, order_by: str | None = None) -> Any:
-    return arrow_table((part for _, part in rows.stream(wanted, chunk_rows, order_by)), wanted, rows.source)
-
-
 def read_sql_nodes(rows: _Rows, columns: NodeColumns, chunk_rows: int, sparse: _Rows | None = None) -> Any:
     """The node rows (ids, labels, features; a table in id order) as :class:`NodeRows`, the
     features from the ``sparse`` long table or query when given."""
     wanted = columns.entity_columns(rows.columns(), rows.source)
-    nodes = node_rows(_arrow(rows, wanted, chunk_rows, order_by=columns.id_col), columns, rows.source)
+    nodes = node_rows(rows.arrow(wanted, chunk_rows, order_by=columns.id_col), columns, rows.source)
     if sparse is not None:
         names = sparse.columns()
         wanted = [c for c in (columns.id_col, FEATURE, VALUE) if c in names]
-        nodes.x = sparse_features(_arrow(sparse, wanted, chunk_rows), columns.id_col, nodes.ids,
+        nodes.x = sparse_features(sparse.arrow(wanted, chunk_rows), columns.id_col, nodes.ids,
                                   sparse.source, columns.num_features, f"{columns.prefix}features_table")
     return nodes
 
