@@ -132,6 +132,17 @@ def test_a_jsonl_entity_table_holds_a_list_column(tmp_path: Path) -> None:
     check_graph(load("edge_list", tmp_path / "edges.csv", tmp_path / "nodes.jsonl", features_col="vec"))
 
 
+def test_a_csv_sparse_table_gives_the_features(tmp_path: Path) -> None:
+    edges, nodes = csv_files(tmp_path, _nodes())
+    rows, cols = np.nonzero(X)
+    pacsv.write_csv(pa.table({"id": [IDS[r] for r in rows], "feature": cols.astype(np.int64),
+                              "value": X[rows, cols]}), tmp_path / "features.csv")
+    check_graph(load("edge_list", edges, nodes, features_table=tmp_path / "features.csv"))
+    (tmp_path / "bad.csv").write_text("id,feature,value\nn0,0,1.0\n7,1,2.0\n")  # "7" is not "007"
+    with pytest.raises(DataError, match=r"bad\.csv, row 2: unknown node id '7'"):
+        load("edge_list", edges, nodes, features_table=tmp_path / "bad.csv")
+
+
 def test_integer_labels_are_classes_in_numeric_order(tmp_path: Path) -> None:
     labels = pa.array([10, 2, 10, None, 2, 10], pa.int64())
     edges, nodes = csv_files(tmp_path, {**_nodes(), "label": labels, **feature_columns()})
