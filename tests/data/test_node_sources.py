@@ -180,6 +180,18 @@ def test_a_parquet_list_column_gives_the_node_graph(tmp_path: Path) -> None:
     check_graph(load("parquet", edges, nodes, feature_cols="x"))
 
 
+def test_a_list_column_is_streamed_by_row_group_with_rows_counted_across_the_file(tmp_path: Path) -> None:
+    pq.write_table(_edges_table(), tmp_path / "edges.parquet")
+    pq.write_table(pa.table(_nodes(vec=list_column())), tmp_path / "nodes.parquet", row_group_size=2)
+    assert pq.ParquetFile(tmp_path / "nodes.parquet").num_row_groups == 3
+    check_graph(load("parquet", tmp_path / "edges.parquet", tmp_path / "nodes.parquet", features_col="vec"))
+    ragged = pa.array([list(map(float, r)) for r in X[:4]] + [[1.0], [1.0, 2.0, 3.0]], pa.list_(pa.float32()))
+    pq.write_table(pa.table(_nodes(vec=ragged)), tmp_path / "ragged.parquet", row_group_size=2)
+    with pytest.raises(DataError, match=r"ragged\.parquet, row 5 \(id 'n4'\): column 'vec' .* holds 1 values, "
+                                        r"row 1 holds 3"):
+        load("parquet", tmp_path / "edges.parquet", tmp_path / "ragged.parquet", features_col="vec")
+
+
 def test_a_parquet_sparse_table_gives_the_dense_features(tmp_path: Path) -> None:
     x = np.zeros((6, 5), dtype=np.float32)
     x[0, 1], x[0, 4], x[2, 0], x[5, 3] = 1.5, -2.0, 3.0, 0.25

@@ -147,18 +147,18 @@ def check_finite(x: np.ndarray, ids: list[str], source: str, names: list[str] | 
 
 
 def list_features(column: Any, name: str, ids: list[str], source: str, option: str) -> np.ndarray:
-    """``(n, F)`` float32 from a list column: every row a list of ``F`` numbers. Filled chunk by
-    chunk (a Parquet row group, a fetched batch) into one array, so the column is never copied whole."""
+    """``(n, F)`` float32 from a list column: every row a list of ``F`` numbers. ``column``: an
+    Arrow array, a chunked one, or an iterable of array chunks read one at a time (a Parquet
+    file's record batches); filled chunk by chunk into one array, so the column is never whole."""
     import pyarrow as pa
 
-    t = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
-    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) \
-            or not _numeric(t.value_type):
-        raise DataError(f"{source}: column {name!r} ({option}) holds {t}, not a list of numbers")
-    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    if isinstance(column, pa.ChunkedArray):
+        column = column.chunks
     x: np.ndarray | None = None
     row = 0
-    for chunk in chunks:
+    for chunk in [column] if isinstance(column, pa.Array) else column:
+        if x is None:
+            _check_list_type(chunk.type, name, source, option)
         if len(chunk) == 0:
             continue
         block = _list_block(_plain(chunk), name, ids, source, option, row,
@@ -167,9 +167,18 @@ def list_features(column: Any, name: str, ids: list[str], source: str, option: s
             x = np.empty((len(ids), block.shape[1]), dtype=np.float32)
         x[row:row + len(block)] = block
         row += len(block)
-    if x is None:
-        raise DataError(f"{source}: no nodes")
+    if x is None or row != len(ids):
+        raise DataError(f"{source}: column {name!r} ({option}) holds {row} rows for {len(ids)} nodes")
     return check_finite(x, ids, source)
+
+
+def _check_list_type(t: Any, name: str, source: str, option: str) -> None:
+    import pyarrow as pa
+
+    t = t.value_type if pa.types.is_dictionary(t) else t
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) \
+            or not _numeric(t.value_type):
+        raise DataError(f"{source}: column {name!r} ({option}) holds {t}, not a list of numbers")
 
 
 def _list_block(chunk: Any, name: str, ids: list[str], source: str, option: str, first: int,
@@ -317,9 +326,11 @@ class NodeRows:
     class_names: list[str]
 
 
-def node_rows(table: pa.Table, columns: NodeColumns, source: str) -> NodeRows:
+def node_rows(table: pa.Table, columns: NodeColumns, source: str,
+              list_chunks: Iterable[Any] | None = None) -> NodeRows:
     """Ids, features (``None`` with a sparse table: see :func:`sparse_features`) and labels of
-    the entity table (read with :meth:`NodeColumns.entity_columns`)."""
+    the entity table (read with :meth:`NodeColumns.entity_columns`). ``list_chunks``: the
+    ``features_col`` column's chunks, when the caller streams it instead of reading it into ``table``."""
     p = columns.prefix
     if table.num_rows == 0:
         raise DataError(f"{source}: no nodes")
@@ -330,8 +341,8 @@ def node_rows(table: pa.Table, columns: NodeColumns, source: str) -> NodeRows:
     y, class_names = node_labels(table.column(columns.label_col), columns.label_col, source, f"{p}label_col")
     x = None
     if columns.features_col is not None:
-        x = list_features(table.column(columns.features_col), columns.features_col, ids, source,
-                          f"{p}features_col")
+        column = table.column(columns.features_col) if list_chunks is None else list_chunks
+        x = list_features(column, columns.features_col, ids, source, f"{p}features_col")
     elif columns.feature_cols is not None:
         x = column_features(table, columns.feature_columns(table.column_names, source), ids, source,
                             f"{p}feature_cols")

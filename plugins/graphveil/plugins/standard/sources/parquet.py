@@ -263,9 +263,11 @@ def load_parquet_nodes(
     a Parquet entity table holding the node ids, labels and features (``columns``); with
     ``columns.features_table``, the features come from that long Parquet table."""
     source = str(entities_path)
-    table = _read_table(entities_path, lambda names: columns.entity_columns(names, source))
-    nodes = node_rows(table, columns, source)
-    del table  # the features are in nodes.x now: the table's memory is free for the edges
+    vec = columns.features_col  # a list column is streamed by record batch into the feature matrix
+    table = _read_table(entities_path, lambda names: [c for c in columns.entity_columns(names, source) if c != vec])
+    chunks = None if vec is None else (batch.column(0) for _, batch in _batches(_open(Path(entities_path)), [vec], source))
+    nodes = node_rows(table, columns, source, chunks)
+    del table
     if columns.features_table is not None:
         sparse = _read_table(columns.features_table, lambda names: names)
         nodes.x = sparse_features(sparse, columns.id_col, nodes.ids, columns.features_table,
