@@ -1,5 +1,5 @@
 """Load-time benchmark: the same graph as CSV (source edge_list), as Parquet (source parquet)
-and from PostgreSQL tables (source sql).
+and from PostgreSQL tables (source sql); and a node-feature graph from Parquet.
 
 Generates a text graph (default: 100,000 entities with short texts, 1,000,000 relations drawn
 at random, so a few self-loops and duplicates for the validation to drop) into a temporary
@@ -8,7 +8,14 @@ loopback (tests/data/_postgres.py, the SQL tests' server; the row is left out wh
 are found), and loads each through the plugin host's data source in a fresh process, so every
 row's peak RSS is its own. Prints a small table; not a test.
 
+Node-feature rows (``--features 500``, 0 to leave them out): the same entities as nodes with
+``--features`` float32 features drawn at random and one of 5 labels, over the same relations, as
+a Parquet entity table with one ``list<float>`` column (``data.features_col``) and with one
+column per feature (``data.feature_cols``); both must give the same graph (a digest of the
+edges, features and labels). ``--no-text`` leaves out the text-graph rows.
+
     python bench/data_load.py [--entities 100000] [--relations 1000000] [--repeat 2] [--no-postgres]
+                              [--features 500] [--no-text]
 
 "RSS before" is the process's peak after importing GraphVeil, before reading; "peak RSS" its
 peak once loaded (Linux ``VmHWM``). Both loads must give the same graph (an edge digest is compared).
@@ -45,9 +52,14 @@ start = time.perf_counter()
 graph = load_data(cfg)
 seconds = time.perf_counter() - start
 peak = status_mb("VmHWM")
-digest = hashlib.sha256(graph.edges.numpy().tobytes() + "\0".join(graph.texts).encode()).hexdigest()[:16]
-print(json.dumps({"seconds": seconds, "before_mb": before, "peak_mb": peak,
-                  "nodes": graph.num_nodes, "edges": graph.num_edges, "digest": digest}))
+if hasattr(graph, "texts"):
+    payload, features, edges = graph.edges.numpy().tobytes() + "\0".join(graph.texts).encode(), 0, graph.num_edges
+else:  # a node graph: every edge twice in edge_index
+    payload = graph.edge_index.numpy().tobytes() + graph.x.numpy().tobytes() + graph.y.numpy().tobytes()
+    features, edges = graph.num_features, graph.num_undirected_edges
+digest = hashlib.sha256(payload).hexdigest()[:16]
+print(json.dumps({"seconds": seconds, "before_mb": before, "peak_mb": peak, "nodes": graph.num_nodes,
+                  "features": features, "edges": edges, "digest": digest}))
 """
 
 
@@ -74,6 +86,29 @@ def generate(folder: Path, n_entities: int, n_relations: int, seed: int) -> dict
                             "entities": str(folder / "entities.csv")},
         "parquet": {"source": "parquet", "path": str(folder / "relations.parquet"),
                     "entities": str(folder / "entities.parquet")},
+    }
+
+
+def generate_nodes(folder: Path, n_nodes: int, n_features: int, seed: int) -> dict[str, dict]:
+    """Node tables over :func:`generate`'s ids (its relations.parquet is the relation table)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed + 1)
+    x = rng.standard_normal((n_nodes, n_features), dtype=np.float32)
+    ids = pa.array([f"e{i}" for i in range(n_nodes)])
+    labels = pa.array(np.char.add("class", rng.integers(0, 5, n_nodes).astype(str)))
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), n_features).cast(pa.list_(pa.float32()))
+    pq.write_table(pa.table({"id": ids, "label": labels, "x": vec}), folder / "nodes_list.parquet")
+    columns = {"id": ids, "label": labels, **{f"f{j}": x[:, j] for j in range(n_features)}}
+    pq.write_table(pa.table(columns), folder / "nodes_columns.parquet")
+    edges = str(folder / "relations.parquet")
+    return {
+        "parquet list<float> (features_col)": {"source": "parquet", "path": edges, "label_col": "label",
+                                               "entities": str(folder / "nodes_list.parquet"), "features_col": "x"},
+        "parquet columns (feature_cols)": {"source": "parquet", "path": edges, "label_col": "label",
+                                           "entities": str(folder / "nodes_columns.parquet"), "feature_cols": "f"},
     }
 
 
@@ -113,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="loads per format (the fastest is shown)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-postgres", action="store_true", help="leave out the PostgreSQL row")
+    ap.add_argument("--features", type=int, default=500, help="node-feature rows: features per node (0: none)")
+    ap.add_argument("--no-text", action="store_true", help="leave out the text-graph rows")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "data"))
     from _postgres import ServerUnavailable, running_server
@@ -123,10 +160,18 @@ def main(argv: list[str] | None = None) -> int:
         formats = generate(folder, args.entities, args.relations, args.seed)
         print(f"generated {args.entities:,} entities / {args.relations:,} relations in "
               f"{time.perf_counter() - started:.1f} s")
+        node_formats = {}
+        if args.features:
+            started = time.perf_counter()
+            node_formats = generate_nodes(folder, args.entities, args.features, args.seed)
+            print(f"generated {args.entities:,} nodes x {args.features} features in "
+                  f"{time.perf_counter() - started:.1f} s")
+        if args.no_text:
+            formats = {}
         sizes = {label: sum(Path(data[k]).stat().st_size for k in ("path", "entities")) / 2**20
-                 for label, data in formats.items()}
+                 for label, data in {**formats, **node_formats}.items()}
         env = dict(os.environ)
-        if not args.no_postgres:
+        if not args.no_postgres and not args.no_text:
             try:
                 server = stack.enter_context(running_server())
             except ServerUnavailable as exc:
@@ -136,20 +181,27 @@ def main(argv: list[str] | None = None) -> int:
                 formats["postgresql (sql)"], sizes["postgresql (sql)"] = add_postgres(folder, server)
                 env[PASSWORD_ENV] = server.password
                 print(f"copied into PostgreSQL in {time.perf_counter() - started:.1f} s")
-        rows = []
-        for label, data in formats.items():
-            runs = [load_in_child(data, env) for _ in range(args.repeat)]
-            best = min(runs, key=lambda r: r["seconds"])
-            rows.append({"format": label, "files_mb": sizes[label], **best})
-    print("\n| format | files / tables (MB) | load (s) | RSS before (MB) | peak RSS (MB) | nodes | relations | digest |\n"
-          "|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['format']} | {r['files_mb']:.1f} | {r['seconds']:.2f} | {r['before_mb']:.0f} | "
-              f"{r['peak_mb']:.0f} | {r['nodes']:,} | {r['edges']:,} | {r['digest']} |")
-    if len({r["digest"] for r in rows}) != 1:
-        print("the formats gave different graphs", file=sys.stderr)
-        return 1
-    return 0
+        rows = [_best(label, data, sizes[label], env, args.repeat) for label, data in formats.items()]
+        node_rows = [_best(label, data, sizes[label], env, args.repeat) for label, data in node_formats.items()]
+    status = 0
+    for title, group in (("text graph", rows), ("node graph", node_rows)):
+        if not group:
+            continue
+        print(f"\n{title}\n\n| format | files / tables (MB) | load (s) | RSS before (MB) | peak RSS (MB) | "
+              f"nodes | features | relations | digest |\n|---|---|---|---|---|---|---|---|---|")
+        for r in group:
+            print(f"| {r['format']} | {r['files_mb']:.1f} | {r['seconds']:.2f} | {r['before_mb']:.0f} | "
+                  f"{r['peak_mb']:.0f} | {r['nodes']:,} | {r['features']} | {r['edges']:,} | {r['digest']} |")
+        if len({r["digest"] for r in group}) != 1:
+            print(f"the formats gave different {title}s", file=sys.stderr)
+            status = 1
+    return status
+
+
+def _best(label: str, data: dict, size: float, env: dict[str, str], repeat: int) -> dict:
+    """The fastest of ``repeat`` loads, each in a fresh process."""
+    runs = [load_in_child(data, env) for _ in range(repeat)]
+    return {"format": label, "files_mb": size, **min(runs, key=lambda r: r["seconds"])}
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
-"""The small entity and relation tables the parquet and SQL source tests read (no tests here)."""
+"""The small entity and relation tables the parquet and SQL source tests read, and the small node
+graph (IDS, LABELS, X, EDGES) the node-source tests write in every format (no tests here)."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from graphveil.data import RelationalGraph
+from graphveil.data import NodeGraph, RelationalGraph
 
 ENTITIES = [("a", "alpha paper", "ml"), ("b", " beta, with a comma", "db"), ("c", "gamma", ""),
             ("d", "delta", "ml"), ("e", "epsilon \"quoted\"", "db")]
@@ -33,3 +35,26 @@ def same_graph(a: RelationalGraph, b: RelationalGraph) -> None:
     assert a.edges.dtype == b.edges.dtype == torch.int64 and torch.equal(a.edges, b.edges)
     assert a.label_names == b.label_names and torch.equal(a.labels, b.labels)
     assert a.notes == b.notes and a.name == b.name
+
+
+# ------------------------------------------------------------------------------ node graph
+
+IDS = ["n0", "n1", "n2", "n3", "n4", "007"]  # "007": an id that is not an integer's decimal
+LABELS = ["cat", "dog", "cat", None, "dog", "cat"]  # n3 unlabelled
+X = np.arange(18, dtype=np.float32).reshape(6, 3) / 7 - 1
+EDGES = [("n0", "n1"), ("n1", "n2"), ("n2", "n3"), ("n3", "n4"), ("n4", "007"), ("n1", "n0"), ("n2", "n2")]
+
+
+def check_graph(graph: object, x: np.ndarray = X) -> NodeGraph:
+    """The graph of IDS / LABELS / EDGES with features ``x``, its nodes in any order (a database
+    table is read in id order)."""
+    assert isinstance(graph, NodeGraph)
+    assert sorted(graph.node_ids) == sorted(IDS) and graph.class_names == ["cat", "dog"]
+    order = [IDS.index(i) for i in graph.node_ids]
+    assert graph.y.tolist() == [[0, 1, 0, -1, 1, 0][k] for k in order]
+    assert torch.equal(graph.x, torch.from_numpy(x[order]))
+    pairs = {(graph.node_ids[u], graph.node_ids[v]) for u, v in graph.edge_index.t().tolist()}
+    undirected = {frozenset(e) for e in EDGES if e[0] != e[1]}
+    assert {frozenset(p) for p in pairs} == undirected and len(pairs) == 2 * len(undirected)
+    assert graph.notes["dropped_self_loops"] == 1 and graph.notes["dropped_duplicate_edges"] == 0
+    return graph

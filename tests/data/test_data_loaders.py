@@ -18,14 +18,10 @@ from torch_geometric.data import Data
 
 from graphveil.apps.cli import main
 from graphveil.contract.errors import DataError
-from graphveil.data import (
-    load_bundled_citeseer,
-    load_citeseer_tape,
-    load_edge_list,
-    load_graph,
-    load_pyg,
-)
+from graphveil.data import load_bundled_citeseer, load_citeseer_tape, load_graph
 from graphveil.data.graph import RelationalGraph
+from graphveil.plugins.standard.sources.edge_list import load_edge_list
+from graphveil.plugins.standard.sources.pyg import load_pyg
 from graphveil.run.config import DataConfig, load_config
 
 SHARED = Path("/work/shared/data")
@@ -170,7 +166,7 @@ def test_bundled_and_shared_copies_give_identical_graphs() -> None:
 
 
 def test_tampered_bundle_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from graphveil.data import loaders
+    from graphveil.data import citeseer as loaders
 
     monkeypatch.setitem(loaders.CITESEER_SHA256, "citeseer.cites", "0" * 64)
     with pytest.raises(DataError, match=r"citeseer\.cites\.xz: sha256 cd9730.* differs from upstream 0000"):

@@ -63,7 +63,7 @@ def test_resolved_config_round_trips(tmp_path: Path) -> None:
     dumped = cfg.model_dump(mode="json")
     assert dumped["data"] == {"source": "edge_list", "split": dumped["data"]["split"], "max_entities": None, "classes": None,
                               "path": "e.csv", "entities": "t.csv", "source_col": "id_1", "target_col": "id_2",
-                              "id_col": "id", "text_col": "text", "label_col": None}
+                              "id_col": "id", "text_col": "text", "label_col": None, "features_col": None, "feature_cols": None, "features_table": None, "num_features": None}
     again = config_from_dict(dumped)
     assert again.data.params == cfg.data.params
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphveil.contract.errors import DataError, GraphVeilError
-from graphveil.data import load_citeseer_tape, load_edge_list
+from graphveil.data import load_citeseer_tape
 from graphveil.data.validate import (
     DUPLICATES,
     SELF_LOOPS,
@@ -22,6 +22,7 @@ from graphveil.data.validate import (
     check_features,
     check_index_range,
 )
+from graphveil.plugins.standard.sources.edge_list import load_edge_list
 
 ENTITIES = "id,text,label\na,alpha text,x\nb,beta text,y\nc,gamma text,x\nd,delta text,\n"
 

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data.node_graph import NodeGraph, node_graph_from_pyg
 from graphveil.data.node_split import node_sides, random_node_split
-from graphveil.data.planetoid import load_planetoid, raw_file_names
 from graphveil.data.preprocess import dp_gnn_preprocess
+from graphveil.plugins.standard.sources.planetoid import load_planetoid, raw_file_names
 
 ROOT = REPO
 PLANETOID = Path("/work/shared/data/planetoid")
@@ -89,8 +89,9 @@ def test_node_graph_fields_and_pyg() -> None:
         ({"x": torch.full((4, 3), 1e300, dtype=torch.float64)}, r"x has a non-finite value \(inf\)"),
         ({"x": torch.zeros(3, 3)}, r"x must be \(4, F\) for 4 nodes, got shape \(3, 3\)"),
         ({"x": torch.zeros(4)}, r"x must be \(4, F\) for 4 nodes, got shape \(4,\)"),
-        ({"y": torch.tensor([0, 1, 2, 0])}, r"label 2 of node 'c' is outside 0\.\.1 \(2 classes\); 1 node"),
-        ({"y": torch.tensor([0, -1, 1, 0])}, r"label -1 of node 'b' is outside 0\.\.1"),
+        ({"y": torch.tensor([0, 1, 2, 0])}, r"label 2 of node 'c' is outside 0\.\.1 \(2 classes; -1: unlabelled\); 1 node"),
+        ({"y": torch.tensor([0, -2, 1, 0])}, r"label -2 of node 'b' is outside 0\.\.1"),
+        ({"y": torch.tensor([-1, -1, -1, -1])}, r"no node has a label"),
         ({"y": torch.tensor([0, 1, 1])}, r"y must be \(4,\) for 4 nodes, got shape \(3,\)"),
         ({"y": torch.tensor([0.0, 1, 1, 0])}, r"y must hold integer class indices, got torch\.float32"),
         ({"edge_index": torch.tensor([[0, 1, 1, 4], [1, 0, 4, 1]])},

@@ -14,7 +14,7 @@ from _tables import ENTITIES, RELATIONS, same_graph, write_csv
 
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data import RelationalGraph, load_data
-from graphveil.data import parquet as parquet_module
+from graphveil.plugins.standard.sources import parquet as parquet_module
 from graphveil.run.config import DataConfig
 
 STRING = pa.string()
@@ -133,11 +133,11 @@ def test_options_are_checked_before_reading() -> None:
                                              sep=",", split=DataConfig().split))
     cfg = DataConfig(source="parquet", path="r.parquet", entities="e.parquet")
     assert cfg.params == {"path": Path("r.parquet"), "entities": Path("e.parquet"), "source_col": None,
-                          "target_col": None, "id_col": "id", "text_col": "text", "label_col": None}
+                          "target_col": None, "id_col": "id", "text_col": "text", "label_col": None, "features_col": None, "feature_cols": None, "features_table": None, "num_features": None}
 
 
 def test_pyarrow_is_imported_only_when_a_parquet_file_is_read() -> None:
-    code = ("import sys; import graphveil.data; from graphveil.plugins.standard import data_sources as d; "
+    code = ("import sys; import graphveil.data; from graphveil.plugins.standard.sources import parquet as d; "
             "d.ParquetSource(d.ParquetOptions(path='r.parquet', entities='e.parquet')); "
             "print('pyarrow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -17,12 +17,12 @@ from graphveil.data import (
     NodeGraph,
     RelationalGraph,
     load_data,
-    load_planetoid,
     planetoid_full_split,
 )
 from graphveil.data.two_graphs import TwoGraphs, join_graphs
 from graphveil.plugins.node_classification.task import NodeClassification
 from graphveil.plugins.relational.task import RelationalTask
+from graphveil.plugins.standard.sources.planetoid import load_planetoid
 from graphveil.run.config import DataConfig, config_from_dict, load_config
 
 # ----------------------------------------------------------------------------------- planetoid_full
@@ -77,7 +77,7 @@ def test_planetoid_full_refuses_what_it_cannot_keep_exact() -> None:
         task.setup(load_data(cfg), cfg.split)
     toy = NodeGraph("toy", torch.eye(3), torch.tensor([0, 1, 0]), torch.tensor([[0, 1], [1, 0]]),
                     ["a", "b", "c"], ["x", "y"])
-    with pytest.raises(ConfigError, match=r"toy carries no public Planetoid split"):
+    with pytest.raises(ConfigError, match=r"toy carries no public split"):
         planetoid_full_split(toy)
 
 

@@ -17,11 +17,11 @@ import pytest
 import torch
 import yaml
 from _postgres import PostgresServer, ServerUnavailable, start_server
-from _tables import ENTITIES, RELATIONS, same_graph, write_csv
+from _tables import EDGES, ENTITIES, IDS, LABELS, RELATIONS, X, check_graph, same_graph, write_csv
 
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data import RelationalGraph, load_bundled_citeseer, load_data
-from graphveil.data import sql as sql_module
+from graphveil.plugins.standard.sources import sql as sql_module
 from graphveil.run.config import DataConfig, load_config
 
 #: one PostgreSQL server (the session fixture ``pg``) for the module: its tests run on one xdist worker
@@ -56,6 +56,25 @@ def _fill(execute, placeholder: str, ints: bool = False) -> None:
     execute("CREATE TABLE empty_relations (src TEXT, dst TEXT)", None)
 
 
+def _fill_nodes(execute, placeholder: str, array: str) -> None:
+    """The node graph of ``_tables`` (IDS, LABELS, X, EDGES): an array column, one column per
+    feature, a sparse long table; and tables breaking one rule each."""
+    ph = ", ".join([placeholder] * 6)
+    execute(f"CREATE TABLE nodes (id TEXT, label TEXT, vec {array}, f_0 REAL, f_1 REAL, f_2 REAL)", None)
+    execute(f"INSERT INTO nodes VALUES ({ph})",
+            [(i, lab, [float(v) for v in row], *map(float, row)) for i, lab, row in zip(IDS, LABELS, X, strict=True)])
+    execute("CREATE TABLE node_edges (src TEXT, dst TEXT)", None)
+    execute(f"INSERT INTO node_edges VALUES ({placeholder}, {placeholder})", EDGES)
+    execute("CREATE TABLE node_features (id TEXT, feature INTEGER, value REAL)", None)
+    execute(f"INSERT INTO node_features VALUES ({placeholder}, {placeholder}, {placeholder})",
+            [(i, j, float(X[r, j])) for r, i in enumerate(IDS) for j in range(3)])
+    for name, vectors in (("ragged_nodes", [[1.0, 2.0], [1.0], [1.0, 2.0]]),
+                          ("nan_nodes", [[1.0, 2.0], [1.0, 2.0], [float("nan"), 2.0]])):
+        execute(f"CREATE TABLE {name} (id TEXT, label TEXT, vec {array})", None)
+        execute(f"INSERT INTO {name} VALUES ({placeholder}, {placeholder}, {placeholder})",
+                list(zip(IDS[:3], ["a", "b", "a"], vectors, strict=True)))
+
+
 def _runner(cursor):
     def execute(sql: str, rows) -> None:
         if rows is None:
@@ -79,6 +98,7 @@ def pg() -> PostgresServer:
 
     with psycopg.connect(server.conninfo()) as conn, conn.cursor() as cur:
         _fill(_runner(cur), "%s")
+        _fill_nodes(_runner(cur), "%s", "REAL[]")
     yield server
     server.stop()
 
@@ -104,6 +124,7 @@ def duckdb_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("duckdb") / "graph.duckdb"
     conn = duckdb.connect(str(path))
     _fill(_runner(conn), "?")
+    _fill_nodes(_runner(conn), "?", "DOUBLE[]")
     conn.close()
     return f"duckdb:///{path}"
 
@@ -492,12 +513,12 @@ def test_options_are_checked_before_connecting() -> None:
     assert cfg.params == {"url": url, "password_env": None, "password_file": None, "entities_table": "e",
                           "entities_query": None, "relations_table": "r", "relations_query": None,
                           "source_col": None, "target_col": None, "id_col": "id", "text_col": "text",
-                          "label_col": None, "chunk_rows": 65_536}
+                          "label_col": None, "chunk_rows": 65_536, "features_col": None, "feature_cols": None, "features_table": None, "num_features": None, "features_query": None}
 
 
 @pytest.mark.slow  # two fresh interpreters importing GraphVeil
 def test_sqlalchemy_is_imported_only_when_used_and_its_absence_is_explained() -> None:
-    code = ("import sys; import graphveil.data; from graphveil.plugins.standard import data_sources as d; "
+    code = ("import sys; import graphveil.data; from graphveil.plugins.standard import sources; "
             "from graphveil.contract.host import default_host; default_host(); print('sqlalchemy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -572,3 +593,58 @@ def test_sql_keys_belong_to_the_sql_source_and_the_password_file_must_exist(tmp_
                     "data-password-file": str(tmp_path / "missing"), "ledger": str(tmp_path / "l.sqlite")})
     with pytest.raises(ConfigError, match=r"data-password-file: .*missing does not exist"):
         site.check_files()
+
+
+# ------------------------------------------------------------------------------ node graphs
+
+
+def node_sql(url: str, **options) -> object:
+    tables = {"entities_table": "nodes", "relations_table": "node_edges", "label_col": "label"}
+    if "entities_query" in options:
+        tables.pop("entities_table")
+    return load_data(DataConfig(source="sql", url=url, **{**tables, **options}))
+
+
+@pytest.mark.parametrize("chunk_rows", [2, 65_536])
+@pytest.mark.parametrize("database", ["postgres", "duckdb"])
+def test_a_database_gives_the_node_graph_from_arrays_columns_or_a_sparse_table(
+        request: pytest.FixtureRequest, database: str, chunk_rows: int) -> None:
+    if database == "postgres":
+        url, extra = request.getfixturevalue("pg_env").url(), {"password_env": PASSWORD_ENV}
+    else:
+        url, extra = request.getfixturevalue("duckdb_url"), {}
+    extra["chunk_rows"] = chunk_rows
+    check_graph(node_sql(url, features_col="vec", **extra))  # PostgreSQL real[], DuckDB DOUBLE[]
+    check_graph(node_sql(url, feature_cols="f_", **extra))
+    check_graph(node_sql(url, features_table="node_features", num_features=3, **extra))
+    graph = check_graph(node_sql(url, features_query="SELECT id, feature, value FROM node_features "
+                                                     "WHERE feature < 2", **extra), X[:, :2])  # width inferred
+    assert graph.name == "node_edges"
+    queried = node_sql(url, entities_query="SELECT id, label, vec FROM nodes ORDER BY id DESC",
+                       features_col="vec", **extra)
+    assert queried.node_ids == sorted(IDS, reverse=True)  # a query's rows are read in its own order
+
+
+@pytest.mark.parametrize("database", ["postgres", "duckdb"])
+def test_a_bad_node_table_in_a_database_is_refused_naming_the_table_row_and_id(
+        request: pytest.FixtureRequest, database: str) -> None:
+    if database == "postgres":
+        url, extra = request.getfixturevalue("pg_env").url(), {"password_env": PASSWORD_ENV}
+    else:
+        url, extra = request.getfixturevalue("duckdb_url"), {}
+    with pytest.raises(DataError, match=r"table ragged_nodes, row 2 \(id 'n1'\): column 'vec' "
+                                        r"\(data\.features_col\) holds 1 values, row 1 holds 2"):
+        node_sql(url, entities_table="ragged_nodes", features_col="vec", **extra)
+    with pytest.raises(DataError, match=r"table nan_nodes, row 3 \(id 'n2'\): feature 0 is nan"):
+        node_sql(url, entities_table="nan_nodes", features_col="vec", **extra)
+    with pytest.raises(DataError, match=r"features query, row 1: unknown node id 'zz'"):
+        node_sql(url, features_query="SELECT 'zz' AS id, 0 AS feature, 1.0 AS value", **extra)
+    with pytest.raises(DataError, match=r"table node_edges: .*no column 'vec'|table nodes: no column 'nope'"):
+        node_sql(url, features_col="nope", **extra)
+
+
+def test_a_features_query_must_be_one_select_before_anything_connects() -> None:
+    with pytest.raises(ValueError, match=r"data\.features_query"):
+        DataConfig(source="sql", url="duckdb:///nowhere.duckdb", entities_table="nodes",
+                   relations_table="node_edges", label_col="label",
+                   features_query="DELETE FROM node_features")

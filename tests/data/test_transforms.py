@@ -238,7 +238,7 @@ def test_homophily_matches_pyg_edge_insensitive() -> None:
 
 
 def test_homophily_of_cora_is_paper_table_1() -> None:
-    from graphveil.data.planetoid import load_planetoid
+    from graphveil.plugins.standard.sources.planetoid import load_planetoid
 
     cora = load_planetoid("cora", preprocess="none").to_pyg()
     assert class_insensitive_homophily(cora.edge_index, cora.y) == pytest.approx(0.7657, abs=1e-4)

@@ -19,7 +19,7 @@ from graphveil.contract.errors import ConfigError, DataError
 from graphveil.contract.host import default_host
 from graphveil.data.loaders import load_data
 from graphveil.data.node_graph import NodeGraph
-from graphveil.data.twitch import load_twitch
+from graphveil.plugins.standard.sources.twitch import load_twitch
 from graphveil.run.config import DataConfig, load_config
 
 ROOT = REPO
@@ -170,9 +170,13 @@ def test_several_languages_need_data_name(tmp_path: Path) -> None:
 
 def test_config_names_the_bad_option(tmp_path: Path) -> None:
     folder = write_small(tmp_path)
-    # the Cora examples say name: cora, which is no Twitch language: refused before reading
+    # the Cora examples say name: cora, planetoid's option: --set data.source=twitch drops it ...
+    cfg = load_config(ROOT / "examples" / "dp_mlp_cora.yaml", ["data.source=twitch", f"data.path={folder}"])
+    assert cfg.data.params["name"] is None
+    # ... and cora, which is no Twitch language, is refused before reading when given for twitch
     with pytest.raises(ConfigError, match=r"data\.name: must be a MUSAE Twitch language code .*got 'cora'"):
-        load_config(ROOT / "examples" / "dp_mlp_cora.yaml", ["data.source=twitch", f"data.path={folder}"])
+        load_config(ROOT / "examples" / "dp_mlp_cora.yaml",
+                    ["data.source=twitch", f"data.path={folder}", "data.name=cora"])
     host = default_host()
     assert check_source_options(host, "twitch", {"path": folder, "name": "engb"}).name == "ENGB"
     with pytest.raises(ConfigError, match=r"data\.label: not an option of source 'twitch'"):

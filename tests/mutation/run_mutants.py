@@ -627,62 +627,62 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "sql-url-password", "the refusal of a database URL holding a password (it would reach "
         "config.resolved.yaml and the logs)",
-        (("framework/graphveil/data/sql.py",
+        (("plugins/graphveil/plugins/standard/sources/sql.py",
           "    if parsed.password is not None or secrets:\n",
           "    if False:  # MUTANT\n"),),
     ),
     Mutant(
         "sql-redact", "the password's removal from URLs in messages and logs",
-        (("framework/graphveil/data/sql.py",
+        (("plugins/graphveil/plugins/standard/sources/sql.py",
           "    return url._replace(password=None).update_query_dict(hidden).render_as_string()\n",
           "    return url.render_as_string(hide_password=False)  # MUTANT\n"),),
     ),
     Mutant(
         "sql-scrub", "scrubbing the password from database error messages",
-        (("framework/graphveil/data/sql.py",
+        (("plugins/graphveil/plugins/standard/sources/sql.py",
           '    return message.replace(password, "***") if password else message\n',
           "    return message  # MUTANT\n"),),
     ),
     Mutant(
         "sql-write-words", "the refusal of a query with a clause that writes (WITH … DELETE, SELECT … INTO)",
-        (("framework/graphveil/data/sql.py",
+        (("plugins/graphveil/plugins/standard/sources/sql.py",
           "    writes = [node for node in statement.walk() if isinstance(node, kinds)]\n",
           "    writes = []  # MUTANT\n"),),
     ),
     Mutant(
         "sql-one-statement", "the one-statement check (only the first statement of a query is checked)",
-        (("framework/graphveil/data/sql.py", "    if len(statements) > 1:\n", "    if False:  # MUTANT\n"),
-         ("framework/graphveil/data/sql.py", "    (statement,) = statements\n", "    statement = statements[0]  # MUTANT\n")),
+        (("plugins/graphveil/plugins/standard/sources/sql.py", "    if len(statements) > 1:\n", "    if False:  # MUTANT\n"),
+         ("plugins/graphveil/plugins/standard/sources/sql.py", "    (statement,) = statements\n", "    statement = statements[0]  # MUTANT\n")),
     ),
     Mutant(
         "sql-dialect", "parsing a query in its database's dialect (sqlglot's generic SQL splits quotes "
         "otherwise than PostgreSQL or SQLite)",
-        (("framework/graphveil/data/sql.py",
+        (("plugins/graphveil/plugins/standard/sources/sql.py",
           "        parsed = sqlglot.parse(sql, dialect=dialect)\n",
           "        parsed = sqlglot.parse(sql, dialect=None)  # MUTANT\n"),),
     ),
     Mutant(
         "duckdb-external-access", "DuckDB's external access off (a query reads /etc/passwd, files and URLs)",
-        (("framework/graphveil/data/sql.py",
+        (("plugins/graphveil/plugins/standard/sources/sql.py",
           'DUCKDB_CONFIG = {"enable_external_access": False,',
           'DUCKDB_CONFIG = {"enable_external_access": True,  # MUTANT\n'
           '                 '),),
     ),
     Mutant(
         "duckdb-config", "DuckDB's locked configuration (external access, extension install and load)",
-        (("framework/graphveil/data/sql.py",
+        (("plugins/graphveil/plugins/standard/sources/sql.py",
           '        connect_args["config"] = dict(DUCKDB_CONFIG)\n',
           "        pass  # MUTANT\n"),),
     ),
     Mutant(
         "sql-readonly-postgres", "PostgreSQL's read-only transaction",
-        (("framework/graphveil/data/sql.py",
+        (("plugins/graphveil/plugins/standard/sources/sql.py",
           "                conn = conn.execution_options(postgresql_readonly=True)\n",
           "                pass  # MUTANT\n"),),
     ),
     Mutant(
         "sql-readonly-sqlite", "SQLite's query_only connection",
-        (("framework/graphveil/data/sql.py",
+        (("plugins/graphveil/plugins/standard/sources/sql.py",
           '        sa.event.listen(engine, "connect", lambda dbapi, _: dbapi.execute("PRAGMA query_only = ON"))\n',
           "        pass  # MUTANT\n"),),
     ),
@@ -1014,6 +1014,24 @@ MUTANTS: tuple[Mutant, ...] = (
         (("connectors/graphveil/connectors/flower/site.py",
           "                head = ledger.witness_head()\n",
           "                pass  # MUTANT: no head after a refusal\n"),),
+    ),
+    Mutant(
+        "node-split-unlabelled", "keeping unlabelled nodes (y = -1) off every side of the random node split",
+        (("framework/graphveil/data/node_split.py",
+          "    sides[~graph.labelled] = UNLABELLED  # keyed per id: no labelled node changes side\n",
+          "    pass  # MUTANT\n"),),
+    ),
+    Mutant(
+        "node-table-ragged", "the refusal of feature vectors of different lengths in a list column",
+        (("framework/graphveil/data/node_table.py",
+          "    if ragged.size:\n",
+          "    if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "node-table-sparse-unknown", "the refusal of a sparse feature row naming an unknown node",
+        (("framework/graphveil/data/node_table.py",
+          "    if node.null_count:\n",
+          "    if False:  # MUTANT\n"),),
     ),
 )
 

@@ -95,7 +95,7 @@ def test_data_column_keys_default_to_the_loader_defaults_and_are_checked(tmp_pat
                                               "data.id_col=node", "data.text_col=abstract", "data.label_col=kind"])
     assert (cfg.data.source_col, cfg.data.target_col, cfg.data.id_col, cfg.data.text_col, cfg.data.label_col) == (
         "id_1", "id_2", "node", "abstract", "kind")
-    from graphveil.plugins.standard.data_sources import EdgeListOptions
+    from graphveil.plugins.standard.sources.edge_list import EdgeListOptions
 
     assert all(EdgeListOptions.model_fields[k].description
                for k in ("source_col", "target_col", "id_col", "text_col", "label_col"))
@@ -124,6 +124,19 @@ def test_data_column_keys_apply_to_table_sources_only(tmp_path: Path) -> None:
     # even edge_list's default value is refused: an option of another source is a mistake
     with pytest.raises(ConfigError, match=r"data\.id_col applies only to sources 'edge_list', 'parquet', 'sql'"):
         load_config(write(tmp_path, GOOD), ["data.id_col=id"])
+
+
+def test_set_data_source_to_another_source_drops_the_files_source_options(tmp_path: Path) -> None:
+    text = GOOD + "data: {source: planetoid, name: cora, split: {kind: random_node, seed: 3}, max_entities: 50}\n"
+    cfg = load_config(write(tmp_path, text), ["data.source=pyg", "data.path=g.pt"])
+    assert cfg.data.source == "pyg" and cfg.data.params == {"path": Path("g.pt")}
+    assert cfg.data.split.kind == "random_node" and cfg.data.split.seed == 3 and cfg.data.max_entities == 50
+    # the same source keeps the file's options, and an option given with --set stays whatever its place
+    assert load_config(write(tmp_path, text), ["data.source=planetoid"]).data.params["name"] == "cora"
+    cfg = load_config(write(tmp_path, text), ["data.path=g.pt", "data.source=pyg"])
+    assert cfg.data.params == {"path": Path("g.pt")}
+    with pytest.raises(ConfigError, match=r"data\.name applies only to sources 'planetoid', 'twitch'"):
+        load_config(write(tmp_path, text), ["data.source=pyg", "data.path=g.pt", "data.name=cora"])
 
 
 @pytest.mark.parametrize("name", ["../../../x", "a/b", "a\\b", "..", ".hidden", "x\x00y", "line\nbreak", "",

@@ -1,22 +1,15 @@
-"""Datasets: relational graphs and node-feature graphs, their loaders (data sources) and splits."""
+"""Datasets: relational graphs and node-feature graphs, loading through data sources, and splits.
+
+The built-in sources' readers live with their options in ``graphveil.plugins.standard.sources``.
+"""
 
 from graphveil.data import loaders
+from graphveil.data.citeseer import load_bundled_citeseer, load_citeseer_tape
 from graphveil.data.graph import RelationalGraph
-from graphveil.data.loaders import (
-    create_data_source,
-    load_bundled_citeseer,
-    load_citeseer_tape,
-    load_data,
-    load_edge_list,
-    load_graph,
-    load_pyg,
-)
+from graphveil.data.loaders import create_data_source, load_data, load_graph
 from graphveil.data.node_graph import NodeGraph
 from graphveil.data.node_split import NodeSplit, planetoid_full_split, random_node_split
-from graphveil.data.parquet import load_parquet
-from graphveil.data.planetoid import load_planetoid
 from graphveil.data.split import transfer_split
-from graphveil.data.twitch import load_twitch
 
 __all__ = [
     "NodeGraph",
@@ -26,12 +19,7 @@ __all__ = [
     "load_bundled_citeseer",
     "load_citeseer_tape",
     "load_data",
-    "load_edge_list",
     "load_graph",
-    "load_parquet",
-    "load_planetoid",
-    "load_pyg",
-    "load_twitch",
     "loaders",
     "planetoid_full_split",
     "random_node_split",

@@ -1,4 +1,4 @@
-"""The node-feature graph: every node has a feature vector and a class label (node classification).
+"""The node-feature graph: every node has a feature vector and a class label or none (node classification).
 
 Where :class:`~graphveil.data.graph.RelationalGraph` stores each relation once (``u < v``), a
 :class:`NodeGraph` keeps PyG's layout: ``edge_index`` holds both directions of every
@@ -44,19 +44,21 @@ class NodeGraph:
 
     Checked on construction (:class:`~graphveil.contract.errors.DataError` naming the graph and the
     problem): at least one node; ``x`` a real ``(n, F)`` tensor with finite entries (converted
-    to float32); ``y`` an integer ``(n,)`` tensor with ``0 <= y < len(class_names)``;
+    to float32); ``y`` an integer ``(n,)`` tensor with ``0 <= y < len(class_names)``, or ``-1``
+    for an unlabelled node (it carries features and edges, but no split side holds it);
     ``edge_index`` an integer ``(2, E)`` tensor with endpoints in ``0..n-1``, no self-loop, no
     duplicate column, and the reverse ``(v, u)`` of every column ``(u, v)``; ``node_ids``
     ``n`` distinct non-empty strings; ``class_names`` distinct strings.
 
     :param name: used in reports and error messages.
     :param x: ``(n, F)`` float32 node features.
-    :param y: ``(n,)`` int64 class index of every node.
+    :param y: ``(n,)`` int64 class index of every node, ``-1`` if it has none.
     :param edge_index: ``(2, E)`` int64, both directions of each undirected edge.
     :param node_ids: external id of every node (the random node split is keyed on it).
     :param class_names: class index → name.
     :param notes: counts of what loading or preprocessing removed (for reports).
-    :param public_split: the dataset's published split, if it has one (Planetoid).
+    :param public_split: the dataset's published split, if it has one (Planetoid; a PyG
+        ``Data``'s ``train_mask`` / ``val_mask`` / ``test_mask``).
     """
 
     name: str
@@ -98,6 +100,11 @@ class NodeGraph:
     @property
     def num_undirected_edges(self) -> int:
         return self.num_edges // 2
+
+    @property
+    def labelled(self) -> torch.Tensor:
+        """``(n,)`` bool: the nodes with a class (the ones a split may place on a side)."""
+        return self.y >= 0
 
     def degrees(self) -> torch.Tensor:
         """``(n,)`` number of neighbours of every node."""
@@ -201,11 +208,13 @@ def _check_y(y: Any, n: int, class_names: list[str], ids: list[str], src: str) -
     if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
         raise DataError(f"{src}: y must hold integer class indices, got {y.dtype}")
     y = y.to(torch.long)
-    bad = ((y < 0) | (y >= len(class_names))).nonzero().flatten()
+    bad = ((y < -1) | (y >= len(class_names))).nonzero().flatten()
     if bad.numel():
         i = int(bad[0])
         raise DataError(f"{src}: label {int(y[i])} of node {ids[i]!r} is outside 0..{len(class_names) - 1} "
-                        f"({len(class_names)} classes); {bad.numel()} node(s) affected")
+                        f"({len(class_names)} classes; -1: unlabelled); {bad.numel()} node(s) affected")
+    if not bool((y >= 0).any()):
+        raise DataError(f"{src}: no node has a label")
     return y
 
 

@@ -32,11 +32,13 @@ from graphveil.data.split import split_position
 log = logging.getLogger(__name__)
 
 TRAIN, VAL, TEST = 0, 1, 2
+UNLABELLED = -1
 
 
 @dataclass(frozen=True)
 class NodeSplit:
-    """Sorted int64 node indices of each side: disjoint, together every node of the graph."""
+    """Sorted int64 node indices of each side: disjoint, together every labelled node of the
+    graph (an unlabelled node, ``y = -1``, is on no side: it only feeds its neighbours)."""
 
     train: torch.Tensor
     val: torch.Tensor
@@ -84,6 +86,7 @@ def random_node_split(graph: NodeGraph, val_fraction: float, test_fraction: floa
         empty although ``val_fraction > 0``.
     """
     sides = node_sides(graph.node_ids, val_fraction, test_fraction, key)
+    sides[~graph.labelled] = UNLABELLED  # keyed per id: no labelled node changes side
     train, val, test = ((sides == s).nonzero().flatten() for s in (TRAIN, VAL, TEST))
     for side, nodes, wanted in (("train", train, True), ("validation", val, val_fraction > 0),
                                 ("test", test, True)):
@@ -100,15 +103,17 @@ def random_node_split(graph: NodeGraph, val_fraction: float, test_fraction: floa
 
 def planetoid_full_split(graph: NodeGraph) -> NodeSplit:
     """PyG's ``Planetoid(split="full")`` on ``graph``: validation and test nodes of its
-    :attr:`~graphveil.data.node_graph.NodeGraph.public_split`, every other node training.
+    :attr:`~graphveil.data.node_graph.NodeGraph.public_split`, every other labelled node training
+    (a ``pyg`` source's masks give the public split: its ``train_mask`` is not read).
 
     :raises ConfigError: if the graph has no public split (not a Planetoid source), or lacks one
         of its validation or test nodes (removed by preprocessing or ``max_entities``).
     """
     public = graph.public_split
     if public is None:
-        raise ConfigError(f"data.split.kind planetoid_full: {graph.name} carries no public Planetoid "
-                          f"split (use data.source: planetoid, or data.split.kind: random_node)")
+        raise ConfigError(f"data.split.kind planetoid_full: {graph.name} carries no public split (use "
+                          f"data.source: planetoid, a pyg Data with val_mask and test_mask, or "
+                          f"data.split.kind: random_node)")
     index = {nid: i for i, nid in enumerate(graph.node_ids)}
     sides = torch.full((graph.num_nodes,), TRAIN, dtype=torch.long)
     for side, ids, name in ((VAL, public.val, "validation"), (TEST, public.test, "test")):
@@ -121,6 +126,7 @@ def planetoid_full_split(graph: NodeGraph) -> NodeSplit:
                 f"kept exact; set data.preprocess: none and drop data.max_entities, or use random_node"
             )
         sides[[index[nid] for nid in ids]] = side
+    sides[~graph.labelled] = UNLABELLED
     train, val, test = ((sides == s).nonzero().flatten() for s in (TRAIN, VAL, TEST))
     log.info("planetoid_full split of %s: %d train, %d val, %d test nodes",
              graph.name, train.numel(), val.numel(), test.numel())

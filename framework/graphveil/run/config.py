@@ -79,8 +79,10 @@ class SplitConfig(_Strict):
         "(zero-shot relation prediction); random_node: nodes split into train / val / test by "
         "val_fraction and test_fraction (node classification, dp-gnn's protocol); planetoid_full: "
         "the public Planetoid split's 500 validation and 1000 test nodes, every other node trains "
-        "(PyG's Planetoid(split='full'); source planetoid); two_graphs: train on the whole of the "
-        "data graph (graph A), evaluate zero-shot on the whole of eval_data (graph B)."))
+        "(PyG's Planetoid(split='full'); source planetoid), or a pyg Data's val_mask and test_mask, "
+        "every other labelled node trains (source pyg); unlabelled nodes are on no side; "
+        "two_graphs: train on the whole of the data graph (graph A), evaluate zero-shot on the "
+        "whole of eval_data (graph B)."))
     train_fraction: float = Field(0.5, gt=0, lt=1, description="transfer: share of entities on the training side.")
     val_fraction: float = Field(0.1, ge=0, lt=1, description="random_node: share of nodes for validation.")
     test_fraction: float = Field(0.15, gt=0, lt=1, description="random_node: share of nodes for test.")
@@ -483,5 +485,17 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         raise ConfigError(f"{path}: not UTF-8 text ({exc})") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
-    raw = apply_overrides(raw, overrides or [])
+    raw = apply_overrides(drop_source_options(raw, overrides or []), overrides or [])
     return config_from_dict(raw, str(path))
+
+
+def drop_source_options(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """With a ``--set data.source=`` naming another source than the file's, the file's options
+    of its own source (e.g. planetoid's ``name``) are dropped: the new source's come from
+    ``--set`` (``data.split``, ``max_entities`` and ``classes`` stay)."""
+    data = raw.get("data")
+    sources = [value for parts, value in map(parse_override, overrides) if parts == ["data", "source"]]
+    if not isinstance(data, dict) or not sources or sources[-1] == data.get("source"):
+        return raw
+    keep = set(DataConfig.model_fields) - {"source"}
+    return {**raw, "data": {k: v for k, v in data.items() if k in keep}}

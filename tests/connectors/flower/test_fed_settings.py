@@ -22,7 +22,8 @@ from graphveil.connectors.flower.settings import (
     site_run_config,
 )
 from graphveil.contract.errors import ConfigError
-from graphveil.data import RelationalGraph, load_edge_list
+from graphveil.data import RelationalGraph
+from graphveil.plugins.standard.sources.edge_list import load_edge_list
 
 APP = REPO / "connectors" / "graphveil" / "connectors" / "flower" / "app"
 

@@ -31,4 +31,4 @@ def graphveil_tasks():
     return {"relational": RelationalTask}
 
 
-from graphveil.plugins.standard.data_sources import graphveil_data_sources  # noqa: E402, F401 - the built-in data sources
+from graphveil.plugins.standard.sources import graphveil_data_sources  # noqa: E402, F401 - the built-in data sources

@@ -1,4 +1,4 @@
-"""Planetoid citation graphs (Cora, CiteSeer) from their raw files, never downloaded.
+"""The ``planetoid`` source: citation graphs (Cora, CiteSeer) from their raw files, never downloaded.
 
 Cora's 8 raw files ship inside the package, xz-compressed (``graphveil/data/bundled/planetoid/
 Cora``, see its ``SOURCE.md``); a user may point ``path`` at their own raw folder (Cora or
@@ -23,9 +23,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field, model_validator
+
+from graphveil.contract.data_source import DataSource
 from graphveil.contract.errors import DataError
 from graphveil.data.node_graph import NodeGraph, PublicSplit, node_graph_from_pyg
 from graphveil.data.preprocess import dp_gnn_preprocess
+from graphveil.plugins.standard.sources._options import SourceOptions
 
 PlanetoidName = Literal["cora", "citeseer"]
 Preprocess = Literal["dp_gnn", "none"]
@@ -176,3 +180,35 @@ def load_planetoid(
     if preprocess != "none":
         raise DataError(f"unknown preprocessing {preprocess!r} (known: dp_gnn, none)")
     return graph
+
+
+class PlanetoidOptions(SourceOptions):
+    name: PlanetoidName = Field("cora", description="Which Planetoid citation graph.")
+    path: Path | None = Field(None, description=(
+        "Folder holding the 8 Planetoid raw files ind.<name>.* (or PyG's root above <Name>/raw). "
+        "Default: the Cora files shipped with GraphVeil. Nothing is ever downloaded."))
+    preprocess: Preprocess = Field("dp_gnn", description=(
+        "dp_gnn: paper 4's protocol (classes with < 50 nodes dropped with their nodes, self-loops "
+        "and then isolated nodes removed); none: PyG's graph as read."))
+    check_sha256: bool = Field(True, description=(
+        "Refuse raw files that differ from upstream kimiyoung/planetoid: they are Python pickles, "
+        "which can run code when read. Set false only for files you trust (bundled files are "
+        "always checked)."))
+
+    @model_validator(mode="after")
+    def _bundled(self) -> PlanetoidOptions:
+        if self.path is None and self.name not in BUNDLED:
+            raise ValueError(f"data.path is required for Planetoid {self.name!r}: only "
+                             f"{', '.join(BUNDLED)} is bundled (the folder must hold "
+                             f"{', '.join(raw_file_names(self.name))})")
+        return self
+
+
+class PlanetoidSource(DataSource):
+    """Planetoid Cora (bundled) or CiteSeer as a node-classification graph, dp-gnn preprocessing by default."""
+
+    Params = PlanetoidOptions
+
+    def load(self) -> NodeGraph:
+        p = self.params
+        return load_planetoid(p.name, p.path, preprocess=p.preprocess, check_sha256=p.check_sha256)

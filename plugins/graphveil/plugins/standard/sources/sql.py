@@ -1,4 +1,4 @@
-"""The ``sql`` source's loader: entities and relations from database tables or read-only queries.
+"""The ``sql`` source: entities and relations from database tables or read-only queries.
 
 Any database SQLAlchemy 2 reaches through a URL: PostgreSQL (``postgresql+psycopg://``, psycopg 3),
 SQLite (``sqlite:///graph.db``), DuckDB (``duckdb:///graph.duckdb``, with duckdb-engine). The graph
@@ -32,6 +32,13 @@ from an environment variable (``password_env``), a file (``password_file``) or, 
 libpq's own ``PGPASSWORD`` / ``PGPASSFILE`` / ``~/.pgpass``. URLs in messages are rendered with
 the password hidden, and a message that would still hold the password has it replaced.
 
+Node graphs: with node features named (``features_col``: an array column, PostgreSQL
+``real[]``/``float8[]`` or a DuckDB list; ``feature_cols``; ``features_table`` / ``features_query``:
+a sparse long table) and ``label_col``, the entity rows give a node graph for node
+classification (:mod:`graphveil.data.node_table`): DuckDB hands its result over as Arrow record
+batches; on other databases each fetched chunk becomes Arrow columns (an array cell a list value)
+before the next is fetched; the features become one float32 matrix.
+
 SQLAlchemy and sqlglot are imported only here, when a database is read or a query checked
 (``pip install graphveil[sql]``).
 """
@@ -41,15 +48,30 @@ from __future__ import annotations
 import logging
 import os
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ConfigDict, Field, model_validator
+
+from graphveil.contract.data_source import DataSource
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data.graph import RelationalGraph
-from graphveil.data.parquet import edge_columns
+from graphveil.data.node_graph import NodeGraph
+from graphveil.data.node_table import (
+    FEATURE,
+    VALUE,
+    NodeColumns,
+    arrow_table,
+    build_node_graph,
+    node_rows,
+    sparse_features,
+)
+from graphveil.data.tables import edge_columns
 from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
+from graphveil.plugins.standard.sources._options import NodeFeatureOptions, check_columns
 from graphveil.redaction import is_secret_key, mask_secrets
 
 if TYPE_CHECKING:
@@ -74,6 +96,85 @@ _WRITE_NODES = ("DML", "DDL", "Into", "Drop", "Alter", "TruncateTable", "Command
                 "Pragma", "Attach", "Detach", "Grant", "Revoke", "Transaction", "Commit", "Rollback",
                 "Use", "Install", "Export", "LoadData", "Kill")
 
+
+
+class SqlOptions(NodeFeatureOptions):
+    """Options of the ``sql`` source; never a password (see the module's docstring)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)  # a refused URL is not echoed
+
+    url: str = Field(description=(
+        "SQLAlchemy database URL without a password, e.g. postgresql+psycopg://alice@db:5432/graph, "
+        "sqlite:///graph.db, duckdb:///graph.duckdb. A URL holding a password is refused."))
+    password_env: str | None = Field(None, min_length=1, description=(
+        "Name of the environment variable holding the password (default: none; PostgreSQL then "
+        "uses libpq's PGPASSWORD / PGPASSFILE / ~/.pgpass)."))
+    password_file: Path | None = Field(None, description="File holding only the password (trailing newline ignored).")
+    entities_table: str | None = Field(None, min_length=1, description=(
+        "Entity table (schema.table allowed), read ORDER BY id_col; or give entities_query."))
+    entities_query: str | None = Field(None, min_length=1, description=(
+        "One SELECT giving the entity rows, read in its own order (add an ORDER BY); or give entities_table."))
+    relations_table: str | None = Field(None, min_length=1, description=(
+        "Relation table: one relation per row, two entity-id columns; or give relations_query."))
+    relations_query: str | None = Field(None, min_length=1, description=(
+        "One SELECT giving the relation rows; or give relations_table."))
+    source_col: str | None = Field(None, min_length=1, description=(
+        "Column of the relations holding the first entity id of each relation (set with "
+        "target_col). Default: the recognised pair of column names edge_list's header detection "
+        "uses (source/target, src/dst, from/to, ...), case-insensitive."))
+    target_col: str | None = Field(None, min_length=1, description=(
+        "Column of the relations holding the second entity id (set with source_col)."))
+    id_col: str = Field("id", min_length=1, description="Column of the entities holding the entity id (strings or integers).")
+    text_col: str = Field("text", min_length=1, description="Column of the entities holding the entity text.")
+    label_col: str | None = Field(None, min_length=1, description=(
+        "Column of the entities holding a class label (empty or null: unlabelled). Default: no labels."))
+    features_table: str | None = Field(None, min_length=1, description=(
+        "Node graph: a sparse long table of features (schema.table allowed) with the columns "
+        "<id_col>, feature (integer index from 0, or names) and value (optional, default 1); or "
+        "give features_query."))
+    features_query: str | None = Field(None, min_length=1, description=(
+        "Node graph: one SELECT giving the sparse feature rows (<id_col>, feature, value); or "
+        "give features_table."))
+    chunk_rows: int = Field(CHUNK_ROWS, ge=1, description=(
+        "Rows fetched at a time (a server-side cursor on PostgreSQL): bounds the rows held in memory."))
+
+    @model_validator(mode="after")
+    def _sql(self) -> SqlOptions:
+        if self.password_env is not None and self.password_file is not None:
+            raise ValueError("give one of data.password_env and data.password_file, not both")
+        try:
+            check_url(self.url)
+            for what in ("entities", "relations"):
+                table, query = getattr(self, f"{what}_table"), getattr(self, f"{what}_query")
+                if (table is None) == (query is None):
+                    raise ValueError(f"give one of data.{what}_table and data.{what}_query")
+                if query is not None:
+                    check_select(query, f"data.{what}_query", sql_dialect(self.url))
+            if self.features_query is not None:
+                check_select(self.features_query, "data.features_query", sql_dialect(self.url))
+        except ConfigError as exc:  # pydantic reports ValueErrors only
+            raise ValueError(str(exc)) from None
+        return check_columns(self)
+
+
+class SqlSource(DataSource):
+    """A text-attributed graph from database tables or read-only queries (data.url; SQLAlchemy, streamed)."""
+
+    Params = SqlOptions
+
+    def load(self) -> RelationalGraph | NodeGraph:
+        p = self.params
+        return load_sql(
+            p.url, entities_table=p.entities_table, entities_query=p.entities_query,
+            relations_table=p.relations_table, relations_query=p.relations_query,
+            source_col=p.source_col, target_col=p.target_col, id_col=p.id_col, text_col=p.text_col,
+            label_col=p.label_col, password_env=p.password_env, password_file=p.password_file,
+            chunk_rows=p.chunk_rows, option_prefix="data.", nodes=p.node_columns(),
+            features_query=p.features_query,
+        )
+
+
+# ------------------------------------------------------------------------------ database
 
 def sqlalchemy() -> Any:
     """The ``sqlalchemy`` module, or a :class:`ConfigError` saying how to install it."""
@@ -311,24 +412,46 @@ class _Rows:
         The rows come straight from the DB-API cursor of the connection's read-only transaction
         (plain tuples: a SQLAlchemy Row per row would cost more than the rest of the load), a
         named, server-side cursor on PostgreSQL so that only one chunk is ever on the client."""
-        sa = sqlalchemy()
-        if self.table:
-            stmt = sa.select(*[sa.column(c) for c in wanted]).select_from(self._from())
-            if order_by is not None:
-                stmt = stmt.order_by(sa.column(order_by))
-            sql = str(stmt.compile(dialect=self.conn.dialect))
-        else:
-            sql = self.query
-        raw = self.conn.connection.dbapi_connection
-        cursor = raw.cursor(name="graphveil_rows") if self.conn.dialect.name == "postgresql" else raw.cursor()
+        cursor = self._cursor()
         try:
-            cursor.execute(sql)
+            cursor.execute(self._select(wanted, order_by))
             keys = [d[0] for d in cursor.description]
             pick = None if keys == wanted else [keys.index(c) for c in wanted]
             row = 1
             while part := cursor.fetchmany(chunk_rows):
                 yield row, part if pick is None else [tuple(r[i] for i in pick) for r in part]
                 row += len(part)
+        finally:
+            cursor.close()
+
+    def _select(self, wanted: list[str], order_by: str | None) -> str:
+        if not self.table:
+            return self.query
+        sa = sqlalchemy()
+        stmt = sa.select(*[sa.column(c) for c in wanted]).select_from(self._from())
+        if order_by is not None:
+            stmt = stmt.order_by(sa.column(order_by))
+        return str(stmt.compile(dialect=self.conn.dialect))
+
+    def _cursor(self) -> Any:
+        raw = self.conn.connection.dbapi_connection
+        return raw.cursor(name="graphveil_rows") if self.conn.dialect.name == "postgresql" else raw.cursor()
+
+    def arrow(self, wanted: list[str], chunk_rows: int, order_by: str | None = None) -> Any:
+        """The wanted columns as one Arrow table, read as :meth:`stream` reads them. DuckDB hands
+        its result over as Arrow record batches (no Python object per value); other databases'
+        fetched chunks become Arrow columns as they arrive (:func:`~graphveil.data.node_table.arrow_table`)."""
+        if self.conn.dialect.name != "duckdb":
+            return arrow_table((part for _, part in self.stream(wanted, chunk_rows, order_by)), wanted, self.source)
+        import pyarrow as pa
+
+        cursor = self._cursor()
+        try:
+            cursor.execute(self._select(wanted, order_by))
+            with warnings.catch_warnings():  # "an extra copy of the rows": one batch at a time
+                warnings.simplefilter("ignore", UserWarning)
+                reader = cursor.to_arrow_reader(chunk_rows)
+            return pa.Table.from_batches(list(reader), schema=reader.schema).select(wanted)
         finally:
             cursor.close()
 
@@ -432,11 +555,16 @@ def load_sql(
     on_unknown: OnUnknown = "error",
     name: str | None = None,
     option_prefix: str = "",
-) -> RelationalGraph:
+    nodes: NodeColumns | None = None,
+    features_query: str | None = None,
+) -> RelationalGraph | NodeGraph:
     """A text-attributed graph from an entity table (or query) and a relation table (or query)
     of the database at ``url`` (the ``sql`` source); columns and result as
-    :func:`~graphveil.data.loaders.load_edge_list`. Give exactly one of ``entities_table`` /
+    :func:`~graphveil.plugins.standard.sources.edge_list.load_edge_list`. Give exactly one of ``entities_table`` /
     ``entities_query`` and one of ``relations_table`` / ``relations_query``.
+
+    With ``nodes`` (node features and labels; a sparse table named by ``nodes.features_table``
+    or given by ``features_query``) the result is a node graph (:func:`read_sql_nodes`).
 
     :raises ConfigError: a URL holding a password, a query that is not one SELECT.
     :raises DataError: the database cannot be reached or read, or the rows fail the validation.
@@ -451,16 +579,39 @@ def load_sql(
     password = read_password(password_env, None if password_file is None else Path(password_file))
     engine = _engine(url, password)
     log.info("reading the graph from %s", redact(engine.url))
+    if features_query is not None:
+        check_select(features_query, f"{option_prefix}features_query", sql_dialect(url))
     with read_only(engine, password) as conn:
         relations = _Rows(conn, "relations", relations_table, relations_query)
         chunks = read_sql_edges(relations, source_col=source_col, target_col=target_col,
                                 chunk_rows=chunk_rows, option_prefix=option_prefix)
-        entities = read_sql_entities(
-            _Rows(conn, "entities", entities_table, entities_query), id_col=id_col, text_col=text_col,
-            label_col=label_col, chunk_rows=chunk_rows, option_prefix=option_prefix)
         default = relations_table.rpartition(".")[2] if relations_table else _database_name(engine.url)
+        entity_rows = _Rows(conn, "entities", entities_table, entities_query)
+        if nodes is not None:
+            sparse = None
+            if nodes.features_table is not None or features_query is not None:
+                table = None if features_query is not None else nodes.features_table
+                sparse = _Rows(conn, "features", table, features_query)
+            return build_node_graph(name or default, read_sql_nodes(entity_rows, nodes, chunk_rows, sparse),
+                                    chunks)
+        entities = read_sql_entities(
+            entity_rows, id_col=id_col, text_col=text_col,
+            label_col=label_col, chunk_rows=chunk_rows, option_prefix=option_prefix)
         return build_graph(name or default, entities, chunks, on_unknown=on_unknown,
                            edge_source=relations.source)
+
+
+def read_sql_nodes(rows: _Rows, columns: NodeColumns, chunk_rows: int, sparse: _Rows | None = None) -> Any:
+    """The node rows (ids, labels, features; a table in id order) as :class:`NodeRows`, the
+    features from the ``sparse`` long table or query when given."""
+    wanted = columns.entity_columns(rows.columns(), rows.source)
+    nodes = node_rows(rows.arrow(wanted, chunk_rows, order_by=columns.id_col), columns, rows.source)
+    if sparse is not None:
+        names = sparse.columns()
+        wanted = [c for c in (columns.id_col, FEATURE, VALUE) if c in names]
+        nodes.x = sparse_features(sparse.arrow(wanted, chunk_rows), columns.id_col, nodes.ids,
+                                  sparse.source, columns.num_features, f"{columns.prefix}features_table")
+    return nodes
 
 
 def _database_name(url: URL) -> str:

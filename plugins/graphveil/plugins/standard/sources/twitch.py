@@ -1,4 +1,4 @@
-"""MUSAE Twitch social graphs (Rozemberczki, Allen & Sarkar 2021) from their own files, never downloaded.
+"""The ``twitch`` source: MUSAE Twitch social graphs (Rozemberczki, Allen & Sarkar 2021) from their own files, never downloaded.
 
 One graph per language (MUSAE ships DE, ENGB, ES, FR, PTBR, RU): Twitch users are nodes, mutual
 follows are undirected edges, a user's features are the ids of the games they played and
@@ -39,11 +39,14 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from pydantic import Field, field_validator
 
+from graphveil.contract.data_source import DataSource
 from graphveil.contract.errors import DataError
 from graphveil.data.node_graph import DUPLICATES, SELF_LOOPS, NodeGraph, undirected_edge_index
 from graphveil.data.preprocess import dp_gnn_preprocess
 from graphveil.data.validate import canonical_edges
+from graphveil.plugins.standard.sources._options import SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -264,3 +267,34 @@ def load_twitch(
         notes={SELF_LOOPS: loops, DUPLICATES: dups, REPEATED_FEATURES: repeated},
     )
     return dp_gnn_preprocess(graph) if preprocess == "dp_gnn" else graph
+
+
+class TwitchOptions(SourceOptions):
+    path: Path = Field(description=(
+        "Folder of a MUSAE Twitch graph: <L>_edges.csv (from,to), <L>.json (node id -> feature ids), "
+        "<L>_target.csv (id,days,mature,views,partner,new_id); also MUSAE's input/ folder (edges/, "
+        "features/, target/) or SNAP's musae_<L>_* files. Nothing is ever downloaded."))
+    name: str | None = Field(None, description=(
+        "Language code L (MUSAE ships DE, ENGB, ES, FR, PTBR, RU; case-insensitive). "
+        "Default (null): read from the file names; needed when the folder holds several."))
+    num_features: int | None = Field(None, gt=0, description=(
+        "Width of the multi-hot game features (default: largest feature id + 1, 3170 on ENGB); "
+        "set it to line up graphs of several languages."))
+    preprocess: Literal["dp_gnn", "none"] = Field("dp_gnn", description=(
+        "dp_gnn: as for planetoid (classes with < 50 nodes and isolated nodes removed; none on "
+        "ENGB); none: the graph as read."))
+
+    @field_validator("name")
+    @classmethod
+    def _language(cls, value: str | None) -> str | None:
+        return None if value is None else language_code(value)
+
+
+class TwitchSource(DataSource):
+    """A MUSAE Twitch social graph (data.path; label: mature) as a node-classification graph."""
+
+    Params = TwitchOptions
+
+    def load(self) -> NodeGraph:
+        p = self.params
+        return load_twitch(p.path, p.name, num_features=p.num_features, preprocess=p.preprocess)

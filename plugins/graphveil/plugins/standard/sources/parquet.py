@@ -1,6 +1,6 @@
-"""The ``parquet`` source's loader: a relation table and an entity table in Parquet files.
+"""The ``parquet`` source: a relation table and an entity table in Parquet files.
 
-The same graph as ``edge_list`` (:func:`~graphveil.data.loaders.load_edge_list`) builds from
+The same graph as ``edge_list`` (:func:`~graphveil.plugins.standard.sources.edge_list.load_edge_list`) builds from
 the same data, through the same validation (:func:`~graphveil.data.validate.build_graph`):
 ids are strings (integer id columns are written out in decimal), stripped of surrounding
 whitespace; an empty or null label means unlabelled. Messages name the file and the 1-based
@@ -11,6 +11,11 @@ group at a time (:meth:`pyarrow.parquet.ParquetFile.iter_batches`), and each bat
 turned into int64 index pairs before the next is read. A relation table whose rows would not
 fit in memory as Python strings therefore still loads, as long as the compact graph (16 bytes
 per relation) and the entity table do. pyarrow is imported only here, when a Parquet file is read.
+
+With node features named (``features_col``: a ``list<float>`` column; ``feature_cols``;
+``features_table``: a sparse long Parquet table) and ``label_col``, the graph is a node graph for
+node classification (:mod:`graphveil.data.node_table`): only the id, label and feature columns
+of the entity table are read, as Arrow columns turned into one float32 matrix.
 """
 
 from __future__ import annotations
@@ -20,10 +25,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
+
+from graphveil.contract.data_source import DataSource
 from graphveil.contract.errors import DataError
 from graphveil.data.graph import RelationalGraph
-from graphveil.data.loaders import EDGE_HEADERS
+from graphveil.data.node_graph import NodeGraph
+from graphveil.data.node_table import NodeColumns, build_node_graph, node_rows, sparse_features
+from graphveil.data.tables import edge_columns
 from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
+from graphveil.plugins.standard.sources._options import TableOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,6 +42,46 @@ if TYPE_CHECKING:
 
 #: Rows per record batch: bounds the relation ids held as Python strings at once.
 BATCH_ROWS = 65_536
+
+
+class ParquetOptions(TableOptions):
+    path: Path = Field(description=(
+        "Relation table (.parquet): one relation per row; read by row group, only the two id columns."))
+    entities: Path = Field(description=(
+        "Entity table (.parquet) with an id column (strings or integers) and a text column "
+        "(strings), or, for a node graph, the label and feature columns."))
+    features_table: Path | None = Field(None, description=(
+        "Node graph: a sparse long Parquet table of features with the columns <id_col>, feature "
+        "(integer index from 0, or names) and value (optional, default 1); a node without rows "
+        "has zero features."))
+    source_col: str | None = Field(None, min_length=1, description=(
+        "Column of the relation table holding the first entity id of each relation (set with "
+        "target_col). Default: the recognised pair of column names edge_list's header detection "
+        "uses (source/target, src/dst, from/to, ...), case-insensitive."))
+    id_col: str = Field("id", min_length=1, description="Column of the entity table holding the entity id.")
+    text_col: str = Field("text", min_length=1, description="Column of the entity table holding the entity text.")
+    label_col: str | None = Field(None, min_length=1, description=(
+        "Column of the entity table holding a class label (empty or null: unlabelled). Default: no labels."))
+
+
+class ParquetSource(DataSource):
+    """A text-attributed graph from Parquet tables (data.path, data.entities): edge_list's graph, streamed with pyarrow."""
+
+    Params = ParquetOptions
+
+    def load(self) -> RelationalGraph | NodeGraph:
+        p = self.params
+        columns = p.node_columns()
+        if columns is not None:
+            return load_parquet_nodes(p.path, p.entities, columns, source_col=p.source_col,
+                                      target_col=p.target_col)
+        return load_parquet(
+            p.path, p.entities, source_col=p.source_col, target_col=p.target_col, id_col=p.id_col,
+            text_col=p.text_col, label_col=p.label_col, option_prefix="data.",
+        )
+
+
+# ------------------------------------------------------------------------------------ reader
 
 
 def _open(path: Path) -> pq.ParquetFile:
@@ -135,25 +186,6 @@ def read_parquet_entities(
     return EntityRecords(source, ids, range(1, len(ids) + 1), texts, labels if label_col else None, "row")
 
 
-def edge_columns(names: list[str], source: str, source_col: str | None, target_col: str | None,
-                 prefix: str = "") -> tuple[str, str]:
-    """The relation table's two id columns: as given, else the first recognised pair of
-    :data:`~graphveil.data.loaders.EDGE_HEADERS` (case-insensitive), as ``edge_list`` reads a header."""
-    if (source_col is None) != (target_col is None):
-        raise DataError(f"{source}: give both {prefix}source_col and {prefix}target_col, or neither")
-    if source_col is not None and target_col is not None:
-        return source_col, target_col
-    lower = [n.strip().lower() for n in names]
-    pair = next(((a, b) for a, b in EDGE_HEADERS if a in lower and b in lower), None)
-    if pair is None:
-        raise DataError(
-            f"{source}: no recognised source/target column pair among {', '.join(names)} "
-            f"({', '.join('/'.join(p) for p in EDGE_HEADERS)}); set {prefix}source_col and "
-            f"{prefix}target_col to two of its columns"
-        )
-    return names[lower.index(pair[0])], names[lower.index(pair[1])]
-
-
 def read_parquet_edges(
     path: str | os.PathLike[str],
     *,
@@ -194,7 +226,8 @@ def load_parquet(
     option_prefix: str = "",
 ) -> RelationalGraph:
     """A text-attributed graph from a Parquet relation table and a Parquet entity table (the
-    ``parquet`` source); options and result as :func:`~graphveil.data.loaders.load_edge_list`."""
+    ``parquet`` source); options and result as
+    :func:`~graphveil.plugins.standard.sources.edge_list.load_edge_list`."""
     entities = read_parquet_entities(
         entities_path, id_col=id_col, text_col=text_col, label_col=label_col, option_prefix=option_prefix
     )
@@ -202,3 +235,43 @@ def load_parquet(
                                 option_prefix=option_prefix)
     return build_graph(name or Path(edges_path).stem, entities, chunks, on_unknown=on_unknown,
                        edge_source=str(edges_path))
+
+
+def _read_table(path: str | os.PathLike[str], wanted: Any) -> Any:
+    """The columns ``wanted(names)`` of a Parquet file, as one Arrow table."""
+    import pyarrow as pa
+
+    path = Path(path)
+    pf = _open(path)
+    columns = wanted(pf.schema_arrow.names)
+    try:
+        return pf.read(columns=columns)
+    except pa.ArrowException as exc:
+        raise DataError(f"{path}: cannot read columns {', '.join(columns)} ({exc})") from exc
+
+
+def load_parquet_nodes(
+    edges_path: str | os.PathLike[str],
+    entities_path: str | os.PathLike[str],
+    columns: NodeColumns,
+    *,
+    source_col: str | None = None,
+    target_col: str | None = None,
+    name: str | None = None,
+) -> NodeGraph:
+    """A node graph from a Parquet relation table (streamed, as :func:`read_parquet_edges`) and
+    a Parquet entity table holding the node ids, labels and features (``columns``); with
+    ``columns.features_table``, the features come from that long Parquet table."""
+    source = str(entities_path)
+    vec = columns.features_col  # a list column is streamed by record batch into the feature matrix
+    table = _read_table(entities_path, lambda names: [c for c in columns.entity_columns(names, source) if c != vec])
+    chunks = None if vec is None else (batch.column(0) for _, batch in _batches(_open(Path(entities_path)), [vec], source))
+    nodes = node_rows(table, columns, source, chunks)
+    del table
+    if columns.features_table is not None:
+        sparse = _read_table(columns.features_table, lambda names: names)
+        nodes.x = sparse_features(sparse, columns.id_col, nodes.ids, columns.features_table,
+                                  columns.num_features, f"{columns.prefix}features_table")
+    chunks = read_parquet_edges(edges_path, source_col=source_col, target_col=target_col,
+                                option_prefix=columns.prefix)
+    return build_node_graph(name or Path(edges_path).stem, nodes, chunks)
