@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _paths import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.wheel]
 
-from _paths import REPO
 #: source root → its folder inside the wheel (setup.py's LAYERS, as paths)
 ROOTS = {"framework/graphveil": "graphveil", "plugins/graphveil/plugins": "graphveil/plugins",
          "connectors/graphveil/connectors": "graphveil/connectors"}
