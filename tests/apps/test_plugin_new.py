@@ -50,6 +50,10 @@ class Generated:
     env: dict[str, str]  # an environment that sees the installed packages
 
 
+# the module's generated packages are installed once, on one worker
+pytestmark = pytest.mark.xdist_group("plugin-new")
+
+
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Generated:
     """A package per family, as generated, installed together into ``root/site`` (the build leaves

@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 from _paths import REPO
 
-pytestmark = [pytest.mark.slow, pytest.mark.wheel]
+# one worker builds the wheel and its virtualenv (module fixtures), not each worker its own
+pytestmark = [pytest.mark.slow, pytest.mark.wheel, pytest.mark.xdist_group("wheel")]
 
 #: source root → its folder inside the wheel (setup.py's LAYERS, as paths)
 ROOTS = {"framework/graphveil": "graphveil", "plugins/graphveil/plugins": "graphveil/plugins",
