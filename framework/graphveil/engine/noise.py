@@ -80,8 +80,9 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Literal
 
 import numpy as np
@@ -246,7 +247,28 @@ def keystream_noise_add_(flat: torch.Tensor, scale: float, secret: bytes, thread
 
         return run
 
-    _in_threads([task(first) for first in range(0, n, per_task)], threads or torch.get_num_threads())
+    threads = threads or torch.get_num_threads()
+    with _intra_op_threads(1):
+        _in_threads([task(first) for first in range(0, n, per_task)], threads)
+
+
+@contextmanager
+def _intra_op_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` for the calling thread, restored after.
+
+    The chunks' ops are small (≤ 32 768 elements) and run in the draw's own threads; torch's
+    MKL-backed float64 ``cos`` would otherwise fork an OpenMP team from every one of them (its
+    grain is 2 048 elements): oversubscribed cores, and stalls on a loaded machine. Threads of
+    the noise pool take this setting when they first run torch code, i.e. inside a draw.
+    """
+    before = torch.get_num_threads()
+    if before != count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if before != count:
+            torch.set_num_threads(before)
 
 
 def generator_noise_add_(flat: torch.Tensor, scale: float, secret: bytes) -> None:
