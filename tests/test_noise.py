@@ -179,10 +179,10 @@ def binomial_bounds(n: int, p: float) -> tuple[float, float]:
 def test_keystream_noise_is_the_reference_computation(threads: int) -> None:
     """Pins the whole CPU path to an independent reference: one sequential AES-256-CTR encryptor
     under the draw's key and counter, 53-bit uniforms, and the sum of TWO Box–Muller cosines
-    (four uniforms) per coordinate. Spans several threads' tasks and a partial last chunk: the
-    tasks' counter offsets must continue the one keystream, whatever the thread count."""
+    (four uniforms) per coordinate. Spans several chunks and a partial last one: the chunks'
+    counter offsets must continue the one keystream, whatever the thread count."""
     secret = bytes(range(48))
-    n = 2 * noise_module._TASK_CHUNKS * noise_module._CHUNK + 3 * noise_module._CHUNK + 123
+    n = 3 * noise_module._CHUNK + 123
     out = torch.zeros(n, dtype=torch.float64)
     noise_module.keystream_noise_add_(out, 1.0, secret, threads=threads)
     np.testing.assert_allclose(out.numpy(), reference_noise(secret, n), rtol=1e-12, atol=1e-12)
@@ -193,10 +193,10 @@ def test_keystream_noise_is_the_reference_computation(threads: int) -> None:
 
 
 def test_noise_has_no_repeated_keystream_across_chunks_or_calls() -> None:
-    """A chunk or a thread's task reusing a counter block would repeat its noise: no value of a
-    draw spanning many chunks occurs twice, nor in a second draw (float64 collisions of
-    continuous values are impossible at this size)."""
-    n = 12 * noise_module._TASK_CHUNKS * noise_module._CHUNK + 1
+    """A chunk reusing a counter block would repeat its noise: no value of a draw spanning many
+    chunks occurs twice, nor in a second draw (float64 collisions of continuous values are
+    impossible at this size)."""
+    n = 24 * noise_module._CHUNK + 1
     noise = GaussianNoise()
     a, b = noise.sample((n,), 1.0, torch.float64), noise.sample((n,), 1.0, torch.float64)
     assert torch.unique(a).numel() == n

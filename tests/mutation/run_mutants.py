@@ -112,10 +112,10 @@ MUTANTS: tuple[Mutant, ...] = (
           "            return self.__dict__.setdefault(\"_secret\", fresh_secret())  # MUTANT\n"),),
     ),
     Mutant(
-        "noise-chunk-counter", "the disjoint counter range of each thread's task (every task from the draw's first block)",
+        "noise-chunk-counter", "the disjoint counter range of each chunk of a draw (every chunk from the draw's first block)",
         (("framework/graphveil/engine/noise.py",
-          "            encryptor = _encryptor(secret, _BLOCKS * first)  # this task's own counter range\n",
-          "            encryptor = _encryptor(secret, 0)  # MUTANT\n"),),
+          "            _encryptor(secret, _BLOCKS * start).update_into(_ZEROS[: 8 * _WORDS * k], scratch.stream)\n",
+          "            _encryptor(secret, 0).update_into(_ZEROS[: 8 * _WORDS * k], scratch.stream)  # MUTANT\n"),),
     ),
     Mutant(
         "noise-4sum-one-term", "the sum of two Box-Muller terms (four uniforms) per coordinate (one term, same variance)",
