@@ -23,9 +23,9 @@ handed to ``torch.get_num_threads()`` threads (OpenSSL's AES, numpy's and torch'
 without the GIL); each chunk starts its own CTR encryptor at counter ``c₀ + 2s``. One key,
 disjoint counter ranges: together the chunks read exactly the keystream one sequential
 encryptor would produce, no block twice (AES is a permutation, so the blocks of a draw — fewer
-than 2¹²⁸ — are distinct). The noise is thus a function of ``(key, c₀, n)``
-alone, the same for any thread count; a test checks it against a single-encryptor reference.
-Each chunk is added straight into the target tensor (no full-size float64 copy of the noise).
+than 2¹²⁸ — are distinct). The noise is thus a function of ``(key, c₀, n)`` alone, the same
+for any thread count; a test checks it against a single-encryptor reference. Each chunk is
+added straight into the target tensor (no full-size float64 copy of the noise).
 
 **Floating-point defence** (Mironov 2012; Holohan & Braghin 2021, "Secure Random Sampling in
 Differential Privacy", ESORICS 2021, arXiv:2107.10138, Sec. 5.1; the attack on Opacus,
