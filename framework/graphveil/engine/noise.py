@@ -219,10 +219,15 @@ def _in_threads(tasks: Sequence[Callable[[], None]], threads: int) -> None:
     futures = [_pool(threads - 1).submit(worker) for _ in range(min(threads, len(tasks)) - 1)]
     try:
         worker()
-    finally:  # never return while a thread still writes into the caller's tensor
+    finally:
+        # A helper that has not started yet (a busy machine) is not waited for: every task is
+        # done. One that runs is: never return while a thread still writes into the tensor.
+        for future in futures:
+            future.cancel()
         wait(futures)
     for future in futures:
-        future.result()
+        if not future.cancelled():
+            future.result()
 
 
 def keystream_noise_add_(flat: torch.Tensor, scale: float, secret: bytes, threads: int | None = None) -> None:
