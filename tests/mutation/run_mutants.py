@@ -102,8 +102,45 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "csprng-key", "the fresh OS key of each AES-CTR noise keystream (a fixed key and counter)",
         (("framework/graphveil/engine/noise.py",
-          "    encryptor = Cipher(algorithms.AES(os.urandom(32)), modes.CTR(os.urandom(16))).encryptor()\n",
-          "    encryptor = Cipher(algorithms.AES(bytes(32)), modes.CTR(bytes(16))).encryptor()  # MUTANT\n"),),
+          "    return os.urandom(_KEY_BYTES + _COUNTER_BYTES)\n",
+          "    return bytes(_KEY_BYTES + _COUNTER_BYTES)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "noise-key-per-object", "a fresh key for every noise draw (one key drawn once per noise object, reused)",
+        (("framework/graphveil/engine/noise.py",
+          "            return fresh_secret()\n",
+          "            return self.__dict__.setdefault(\"_secret\", fresh_secret())  # MUTANT\n"),),
+    ),
+    Mutant(
+        "noise-chunk-counter", "the disjoint counter range of each chunk of a draw (every chunk from the draw's first block)",
+        (("framework/graphveil/engine/noise.py",
+          "            _encryptor(secret, _BLOCKS * start).update_into(_ZEROS[: 8 * _WORDS * k], scratch.stream)\n",
+          "            _encryptor(secret, 0).update_into(_ZEROS[: 8 * _WORDS * k], scratch.stream)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "noise-4sum-one-term", "the sum of two Box-Muller terms (four uniforms) per coordinate (one term, same variance)",
+        (("framework/graphveil/engine/noise.py",
+          "    return torch.add(radius[:k], radius[k:], out=angle[:k])\n",
+          "    return torch.mul(radius[:k], math.sqrt(2), out=angle[:k])  # MUTANT\n"),),
+        note="N(0, 1) either way: only the reference-keystream test sees it",
+    ),
+    Mutant(
+        "noise-4sum-scale", "the 1/sqrt(2) of the two-term sum (halved instead: noise std too small)",
+        (("framework/graphveil/engine/noise.py",
+          "        scale = std / math.sqrt(2)  # z is formed as √2·z (module note)\n",
+          "        scale = std / 2  # MUTANT\n"),),
+    ),
+    Mutant(
+        "noise-float32-transform", "the float64 transform (formed in float32: a coarse grid near zero)",
+        (("framework/graphveil/engine/noise.py",
+          "        self.work = torch.empty(_WORDS * _CHUNK, dtype=torch.float64)\n",
+          "        self.work = torch.empty(_WORDS * _CHUNK, dtype=torch.float32)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "noise-device-key", "the per-draw key of the device generator (CUDA path; a fixed seed)",
+        (("framework/graphveil/engine/noise.py",
+          "    generator.manual_seed(int.from_bytes(secret[:8], \"little\"))\n",
+          "    generator.manual_seed(0)  # MUTANT\n"),),
     ),
     Mutant(
         "site-delta-policy", "the site's δ check on the task (a task asking another δ is refused)",
