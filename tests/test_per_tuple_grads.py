@@ -36,21 +36,23 @@ def naive(forward, params, num_tuples):
 
 
 def check(model, batch_forward, tuple_forward, b, mode, seed=0):
-    """Engine vs naive: norms and Σᵢ fᵢ g(Tᵢ) for random factors f."""
+    """Engine vs naive: norms and Σᵢ fᵢ g(Tᵢ) for random factors f, with the engine's backward
+    over the recorded outputs only (every step after a run's first) and with ``verify`` (the
+    parameters differentiated too: the first step)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    engine = PerTupleGrad(model, mode=mode)
-    with engine.record(num_groups=b):
-        losses = batch_forward()
-    norms = engine.compute(losses.sum())
     factors = torch.rand(b, generator=torch.Generator().manual_seed(seed))
-    engine.accumulate(factors)
-    got = [p.grad.clone() for p in params]
     ref_norms, ref_grads = naive(tuple_forward, params, b)
-    torch.testing.assert_close(norms, ref_norms, rtol=1e-4, atol=1e-6)
-    for j, p in enumerate(params):
-        want = sum((factors[i] * ref_grads[i][j] for i in range(b)), torch.zeros_like(p))
-        torch.testing.assert_close(got[j], want, rtol=1e-4, atol=1e-6)
-    # The summed gradient of the loss is the factor-1 case: compare with plain autograd too.
+    for verify in (False, True):
+        engine = PerTupleGrad(model, mode=mode, verify=verify)
+        with engine.record(num_groups=b):
+            losses = batch_forward()
+        norms = engine.compute(losses.sum())
+        engine.accumulate(factors)
+        got = [p.grad.clone() for p in params]
+        torch.testing.assert_close(norms, ref_norms, rtol=1e-4, atol=1e-6)
+        for j, p in enumerate(params):
+            want = sum((factors[i] * ref_grads[i][j] for i in range(b)), torch.zeros_like(p))
+            torch.testing.assert_close(got[j], want, rtol=1e-4, atol=1e-6)
     return norms
 
 
@@ -282,6 +284,21 @@ def test_in_place_change_of_an_output_keeps_gradients_exact():
         return out.pow(2).sum(1)
 
     check(lin, lambda: forward(slice(None)), lambda i: forward(slice(i, i + 1))[0], 4, "auto")
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_in_place_change_of_a_recorded_input_is_refused(verify):
+    """The backward over output gradients never reads a linear's saved input, so autograd would
+    not notice it changed in place; the engine must (its records would be stale)."""
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 2)
+    engine = PerTupleGrad(lin, verify=verify)
+    with engine.record(num_groups=2):
+        x = torch.randn(4, 3)
+        out = lin(x)
+        x.mul_(2)  # after the forward: the recorded input is no longer what the output came from
+    with pytest.raises((PluginError, RuntimeError), match="modified"):
+        engine.compute(out.pow(2).sum())
 
 
 def test_groups_must_divide_sequences():
