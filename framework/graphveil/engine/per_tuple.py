@@ -236,6 +236,7 @@ class PerTupleGrad:
                 if ghost is not None:
                     sq += ghost.to(sq.device)
                 flat.extend(t.flatten(1).to(sq.device) for t in rec.per_example.values())
+            step.groups.release()
             with threads_for(b * sum(p.numel() for p in params)):
                 if flat:  # few large ops rather than many small ones
                     sq += torch.cat(flat, 1).double().pow(2).sum(1)
