@@ -11,7 +11,7 @@ batches of tuples for every mode. Modes:
   device that shows the engine's cost with the noise at ``torch.randn`` speed);
 * ``opacus``     — opacus ``GradSampleModule`` over the encoder's trainable top layers:
   per-SEQUENCE gradients (one per entity occurrence), summed into tuples, clipped, the secure
-  noise, Adam. Its hooks are added for each of its steps and removed after, so the other modes
+  noise (drawn as ``dp_step`` draws it: :func:`graphveil.engine.dp_step.add_noise`), Adam. Its hooks are added for each of its steps and removed after, so the other modes
   run without them.
 
 Time: ONE subprocess runs the modes interleaved step by step (order rotated), so load from
@@ -77,6 +77,7 @@ def setup(args: argparse.Namespace):
     from graphveil.engine.dp_step import (
         GaussianNoise,
         LossSpec,
+        add_noise,
         build_optimizer,
         dp_step,
         nonprivate_step,
@@ -157,7 +158,7 @@ def setup(args: argparse.Namespace):
                         p.grad_sample = None
 
             timed(series, "clipped sums", clip)
-            timed(series, "noise", lambda: [noise.add_([p.grad], std) for p in trainable])
+            timed(series, "noise", lambda: add_noise([p.grad for p in trainable], noise, std))  # as dp_step
             with torch.no_grad():
                 for p in trainable:
                     p.grad.div_(args.batch)

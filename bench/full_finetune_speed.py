@@ -154,6 +154,8 @@ def opacus_ghost_step(args: argparse.Namespace, encoder, optimizer, noise):
     from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
     from step_phases import timed
 
+    from graphveil.engine.dp_step import add_noise
+
     warnings.filterwarnings("ignore", module="opacus")
     warnings.filterwarnings("ignore", message="Full backward hook")
     gsm = GradSampleModuleFastGradientClipping(encoder.top, batch_first=True, loss_reduction="sum",
@@ -187,7 +189,7 @@ def opacus_ghost_step(args: argparse.Namespace, encoder, optimizer, noise):
         tensor = TwoPhases(gsm, optimizer, losses, loss_reduction="sum")
         tensor.series = series
         tensor.backward()
-        timed(series, "noise", lambda: noise.add_([p.grad for p in params], args.sigma * args.clip))
+        timed(series, "noise", lambda: add_noise([p.grad for p in params], noise, args.sigma * args.clip))
         for p in params:
             p.grad.div_(args.batch)
         timed(series, "adam", optimizer.step)

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from graphveil.engine.dp_step import GaussianNoise
+from graphveil.engine.dp_step import GaussianNoise, add_noise
 
 Series = dict[str, list[float]]
 PHASES = ("forward", "backward", "backward+norms", "factors", "clipped sums", "noise", "adam")
@@ -78,7 +78,7 @@ def dp_phases(series: Series, encoder, engine, batch, loss, clipper, noise, std:
     norms = timed(series, "backward+norms", lambda: engine.compute(losses.sum()))
     factors = timed(series, "factors", lambda: clipper.factors(batch, norms))
     timed(series, "clipped sums", lambda: engine.accumulate(factors))
-    timed(series, "noise", lambda: noise.add_([p.grad for p in params], std))
+    timed(series, "noise", lambda: add_noise([p.grad for p in params], noise, std))
     for p in params:
         p.grad.div_(batch.size)
     timed(series, "adam", optimizer.step)

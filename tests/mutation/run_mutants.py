@@ -64,7 +64,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "noise-add", "Gaussian noise (the noise.add_ call in the DP step)",
         (("framework/graphveil/engine/dp_step.py",
-          "            noise.add_([p.grad], std)\n",
+          "            noise.add_([g], std)\n",
           "            pass  # MUTANT: noise removed\n"),),
     ),
     Mutant(
