@@ -64,7 +64,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "noise-add", "Gaussian noise (the noise.add_ call in the DP step)",
         (("framework/graphveil/engine/dp_step.py",
-          "            noise.add_([p.grad], std)\n",
+          "            noise.add_([g], std)\n",
           "            pass  # MUTANT: noise removed\n"),),
     ),
     Mutant(
@@ -1044,6 +1044,49 @@ MUTANTS: tuple[Mutant, ...] = (
           '            if entry["status"] == records.TRAINED:\n'
           '                entry.update(status=records.FAILED, reason=f"rejected reply: {problem}; not aggregated")\n',
           "            pass  # MUTANT: aggregated anyway\n"),),
+    ),
+    # ---------------------------------------------------------------- issue 29: ghost clipping
+    Mutant(
+        "ghost-cross-term", "the cross-token terms of the ghost norm (only t = t' pairs summed)",
+        (("framework/graphveil/engine/grad_samplers/groups.py",
+          "        return (self._gram(a, gram, share) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2)).double()\n",
+          "        return (self._gram(a, gram, share).diagonal(0, 1, 2) * (g * g).sum(-1)).sum(1).double()  # MUTANT\n"),),
+    ),
+    Mutant(
+        "bookkeeping-factors", "the clipping factors in a ghost linear's weighted sum (unclipped sum)",
+        (("framework/graphveil/engine/grad_samplers/linear.py",
+          "        if g.shape[-1] <= a.shape[-1]:\n            g = g * f\n        else:\n            a = a * f\n",
+          "        pass  # MUTANT: factors not folded in\n"),),
+    ),
+    Mutant(
+        "bookkeeping-fold-side", "the factors folded into the inputs when the output is the wider record",
+        (("framework/graphveil/engine/grad_samplers/linear.py",
+          "        else:\n            a = a * f\n",
+          "        else:\n            pass  # MUTANT\n"),),
+    ),
+    Mutant(
+        "ghost-choice-rule", "mixed ghost clipping's per-layer rule (swapped: ghost for narrow layers)",
+        (("framework/graphveil/engine/grad_samplers/groups.py",
+          "        return length * (d + p) < d * p\n",
+          "        return length * (d + p) > d * p  # MUTANT\n"),),
+    ),
+    Mutant(
+        "shared-gram-strides", "the strides in the key of a shared input Gram (xᵀ shares x's Gram)",
+        (("framework/graphveil/engine/grad_samplers/groups.py",
+          "        key = (share, a.data_ptr(), tuple(a.shape), a.stride(), a.dtype, a.device)\n",
+          "        key = (share, a.data_ptr(), tuple(a.shape), a.dtype, a.device)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "output-edges", "the recorded outputs as what the engine's backward differentiates",
+        (("framework/graphveil/engine/per_tuple.py",
+          "                self._edges.append(get_gradient_edge(out))\n",
+          "                pass  # MUTANT: nothing to differentiate unless verifying\n"),),
+    ),
+    Mutant(
+        "inplace-input-check", "the engine's check that no recorded input changed in place before the backward",
+        (("framework/graphveil/engine/per_tuple.py",
+          "        if _versions(saved) != versions:\n",
+          "        if False:  # MUTANT\n"),),
     ),
     Mutant(
         "witness-reply-head", "the ledger head in a refused or failed reply sent after the ledger was opened",
