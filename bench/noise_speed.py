@@ -12,7 +12,7 @@ repeat so that load from other processes hits them alike:
 * ``add_``: ``GaussianNoise().add_([buffer], σ)`` vs ``buffer.add_(torch.randn(shape), alpha=σ)``
   (what a DP step does to a gradient buffer);
 * the research-seed mode's ``sample`` (the same pipeline keyed from a seeded generator);
-* the draw of a full fine-tuning step of the packaged MiniLM: ``add_`` over its 100 trainable
+* the draw of a full fine-tuning step of the packaged MiniLM: ``add_`` over its 95 trainable
   gradient tensors (22 563 072 coordinates; shapes below) vs ``randn`` added to each.
 
 Goal (issue 29): CSPRNG noise ≤ 3× ``torch.randn`` per coordinate at 10⁶ and 10⁷ coordinates;
