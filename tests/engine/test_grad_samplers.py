@@ -58,23 +58,24 @@ def check(model, losses_all, loss_one, b, *, groups=None, mode="auto", fallback=
     """Engine (one backward over the batch) vs naive loop: norms and Σᵢ fᵢ gᵢ for random fᵢ."""
     params = [p for p in model.parameters() if p.requires_grad]
     dtype = params[0].dtype
-    engine = PerTupleGrad(model, mode=mode, fallback=fallback)
-    record = engine.record(num_groups=b) if groups is None else engine.record(num_groups=b, groups=groups)
-    with record:
-        losses = losses_all()
-    norms = engine.compute(losses.sum())
     factors = torch.rand(b, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-    engine.accumulate(factors)
     ref = naive(loss_one, params, b)
-    want_norms = torch.stack(
-        [torch.sqrt(sum((g.double() ** 2).sum() for g in gs)) for gs in ref]
-    ).to(norms.dtype) if b else torch.zeros(0, dtype=norms.dtype)
-    assert norms.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
-    torch.testing.assert_close(norms, want_norms, **TOL[dtype])
-    for j, p in enumerate(params):
-        want = sum((factors[i] * ref[i][j] for i in range(b)), torch.zeros_like(p))
-        assert p.grad.dtype == dtype
-        torch.testing.assert_close(p.grad, want, **TOL[dtype])
+    for verify in (False, True):  # output gradients only (steps after the first) / + parameters
+        engine = PerTupleGrad(model, mode=mode, fallback=fallback, verify=verify)
+        record = engine.record(num_groups=b) if groups is None else engine.record(num_groups=b, groups=groups)
+        with record:
+            losses = losses_all()
+        norms = engine.compute(losses.sum())
+        engine.accumulate(factors)
+        want_norms = torch.stack(
+            [torch.sqrt(sum((g.double() ** 2).sum() for g in gs)) for gs in ref]
+        ).to(norms.dtype) if b else torch.zeros(0, dtype=norms.dtype)
+        assert norms.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+        torch.testing.assert_close(norms, want_norms, **TOL[dtype])
+        for j, p in enumerate(params):
+            want = sum((factors[i] * ref[i][j] for i in range(b)), torch.zeros_like(p))
+            assert p.grad.dtype == dtype
+            torch.testing.assert_close(p.grad, want, **TOL[dtype])
     return norms
 
 

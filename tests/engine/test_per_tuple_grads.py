@@ -32,25 +32,27 @@ def naive(forward, params, num_tuples):
         grads.append(torch.autograd.grad(loss, params, allow_unused=True))
     grads = [[torch.zeros_like(p) if g is None else g for g, p in zip(gs, params, strict=True)] for gs in grads]
     norms = torch.stack([torch.sqrt(sum((g.double() ** 2).sum() for g in gs)) for gs in grads])
-    return norms.float(), grads
+    return norms.to(torch.float64 if params[0].dtype == torch.float64 else torch.float32), grads
 
 
 def check(model, batch_forward, tuple_forward, b, mode, seed=0):
-    """Engine vs naive: norms and Σᵢ fᵢ g(Tᵢ) for random factors f."""
+    """Engine vs naive: norms and Σᵢ fᵢ g(Tᵢ) for random factors f, with the engine's backward
+    over the recorded outputs only (every step after a run's first) and with ``verify`` (the
+    parameters differentiated too: the first step)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    engine = PerTupleGrad(model, mode=mode)
-    with engine.record(num_groups=b):
-        losses = batch_forward()
-    norms = engine.compute(losses.sum())
     factors = torch.rand(b, generator=torch.Generator().manual_seed(seed))
-    engine.accumulate(factors)
-    got = [p.grad.clone() for p in params]
     ref_norms, ref_grads = naive(tuple_forward, params, b)
-    torch.testing.assert_close(norms, ref_norms, rtol=1e-4, atol=1e-6)
-    for j, p in enumerate(params):
-        want = sum((factors[i] * ref_grads[i][j] for i in range(b)), torch.zeros_like(p))
-        torch.testing.assert_close(got[j], want, rtol=1e-4, atol=1e-6)
-    # The summed gradient of the loss is the factor-1 case: compare with plain autograd too.
+    for verify in (False, True):
+        engine = PerTupleGrad(model, mode=mode, verify=verify)
+        with engine.record(num_groups=b):
+            losses = batch_forward()
+        norms = engine.compute(losses.sum())
+        engine.accumulate(factors)
+        got = [p.grad.clone() for p in params]
+        torch.testing.assert_close(norms, ref_norms, rtol=1e-4, atol=1e-6)
+        for j, p in enumerate(params):
+            want = sum((factors[i] * ref_grads[i][j] for i in range(b)), torch.zeros_like(p))
+            torch.testing.assert_close(got[j], want, rtol=1e-4, atol=1e-6)
     return norms
 
 
@@ -210,6 +212,85 @@ def test_plain_linear_2d_inputs_match_naive(b, s, d, mode):
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# ghost clipping / book-keeping: shared input Gram matrices, the folded factors, the choice rule
+# ---------------------------------------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    """Query, key and value projections of ONE hidden state (they share its Gram matrix), a
+    projection of the same memory read transposed (same data pointer and shape, other strides:
+    must not share), padded tokens masked out of the pooling, an output projection to another
+    width (p > d and p < d in the folded weighted sum)."""
+
+    def __init__(self, width: int, out: int) -> None:
+        super().__init__()
+        self.q, self.v = nn.Linear(width, width), nn.Linear(width, width)
+        self.k = nn.Linear(width, width, bias=False)  # a key bias's gradient is 0 (softmax shift)
+        self.t = nn.Linear(width, width, bias=False)
+        self.up = nn.Linear(width, out)
+        self.down = nn.Linear(out, 2)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        scores = self.q(x) @ self.k(x).transpose(1, 2) / x.shape[-1] ** 0.5
+        scores = scores.masked_fill(~mask[:, None, :], -1e4)
+        h = scores.softmax(-1) @ self.v(x) + self.t(x.transpose(1, 2))  # x square: (N, T, T)
+        h = self.down(torch.tanh(self.up(h)))
+        weights = mask.to(h.dtype).unsqueeze(-1)
+        return (h * weights).sum(1) / weights.sum(1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("b, s, width, out, seed", [(1, 1, 4, 9, 0), (3, 2, 5, 3, 1), (4, 3, 6, 6, 2)])
+def test_shared_input_grams_and_folded_factors_match_naive(b, s, width, out, seed, mode, dtype, monkeypatch):
+    from graphveil.engine.grad_samplers.linear import LinearSampler
+
+    torch.manual_seed(seed)
+    model = Attention(width, out).to(dtype)
+    x = torch.randn(b * s, width, width, dtype=dtype)  # tokens == width: x and xᵀ have one shape
+    lengths = torch.randint(1, width + 1, (b * s,))
+    mask = torch.arange(width)[None, :] < lengths[:, None]  # padding masks of varying lengths
+    calls = []
+    gram = LinearSampler.gram
+    monkeypatch.setattr(LinearSampler, "gram", lambda self, a: calls.append(self.name) or gram(self, a))
+
+    def rows(i):
+        return slice(i * s, (i + 1) * s)
+
+    check(model, lambda: _tuple_loss(model(x, mask), s), lambda i: _tuple_loss(model(x[rows(i)], mask[rows(i)]), s)[0],
+          b, mode, seed)
+    if mode == "ghost":  # per engine (verify off, on): q, k, v share one Gram; t, up, down their own
+        assert calls == ["q", "t", "up", "down"] * 2
+
+
+def test_factors_fold_into_either_record_of_a_ghost_linear():
+    """Σᵢ cᵢ gᵢ for a ghost linear with p < d and p > d against the per-example loop."""
+    torch.manual_seed(0)
+    for d, p in ((7, 3), (3, 7)):
+        lin = nn.Linear(d, p)
+        x = torch.randn(6, 5, d)  # 3 tuples × 2 sequences × 5 tokens
+        check(lin, lambda lin=lin, x=x: _tuple_loss(lin(x).sum(1), 2),
+              lambda i, lin=lin, x=x: _tuple_loss(lin(x[2 * i : 2 * i + 2]).sum(1), 2)[0], 3, "ghost", seed=d)
+
+
+def test_auto_picks_the_ghost_norm_for_wide_layers_over_short_sequences_and_materialises_narrow_ones():
+    """Mixed ghost clipping (Bu et al.): per layer, ghost norm if L(d + p) < d·p, else the
+    per-example gradient — and a ghost layer never materialises a per-example weight gradient."""
+    torch.manual_seed(0)
+    wide, narrow = nn.Linear(32, 32), nn.Linear(2, 2)
+    model = nn.ModuleDict({"wide": wide, "narrow": narrow})
+    engine = PerTupleGrad(model, verify=False)
+    with engine.record(num_groups=2):
+        short = wide(torch.randn(4, 2, 32)).pow(2).sum((1, 2))  # L = 2·2 tokens per tuple: 4·64 < 1024
+        long = narrow(torch.randn(4, 16, 2)).pow(2).sum((1, 2))  # L = 32: 32·4 > 4
+        losses = (short + long).reshape(2, 2).sum(1)
+    engine.compute(losses.sum())
+    rec_wide, rec_narrow = engine.pop_records().layers
+    assert rec_wide.ghost is True and "weight" not in rec_wide.per_example and rec_wide.pairs
+    assert rec_narrow.ghost is False and "weight" in rec_narrow.per_example and not rec_narrow.pairs
+
+
 def test_one_sequence_per_tuple_matches_opacus_per_sample_norms():
     """With one sequence per tuple, per-tuple = per-sample: cross-check with opacus.
 
@@ -282,6 +363,21 @@ def test_in_place_change_of_an_output_keeps_gradients_exact():
         return out.pow(2).sum(1)
 
     check(lin, lambda: forward(slice(None)), lambda i: forward(slice(i, i + 1))[0], 4, "auto")
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_in_place_change_of_a_recorded_input_is_refused(verify):
+    """The backward over output gradients never reads a linear's saved input, so autograd would
+    not notice it changed in place; the engine must (its records would be stale)."""
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 2)
+    engine = PerTupleGrad(lin, verify=verify)
+    with engine.record(num_groups=2):
+        x = torch.randn(4, 3)
+        out = lin(x)
+        x.mul_(2)  # after the forward: the recorded input is no longer what the output came from
+    with pytest.raises((PluginError, RuntimeError), match="modified"):
+        engine.compute(out.pow(2).sum())
 
 
 def test_groups_must_divide_sequences():

@@ -64,7 +64,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "noise-add", "Gaussian noise (the noise.add_ call in the DP step)",
         (("framework/graphveil/engine/dp_step.py",
-          "            noise.add_([p.grad], std)\n",
+          "            noise.add_([g], std)\n",
           "            pass  # MUTANT: noise removed\n"),),
     ),
     Mutant(
@@ -102,8 +102,45 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "csprng-key", "the fresh OS key of each AES-CTR noise keystream (a fixed key and counter)",
         (("framework/graphveil/engine/noise.py",
-          "    encryptor = Cipher(algorithms.AES(os.urandom(32)), modes.CTR(os.urandom(16))).encryptor()\n",
-          "    encryptor = Cipher(algorithms.AES(bytes(32)), modes.CTR(bytes(16))).encryptor()  # MUTANT\n"),),
+          "    return os.urandom(_KEY_BYTES + _COUNTER_BYTES)\n",
+          "    return bytes(_KEY_BYTES + _COUNTER_BYTES)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "noise-key-per-object", "a fresh key for every noise draw (one key drawn once per noise object, reused)",
+        (("framework/graphveil/engine/noise.py",
+          "            return fresh_secret()\n",
+          "            return self.__dict__.setdefault(\"_secret\", fresh_secret())  # MUTANT\n"),),
+    ),
+    Mutant(
+        "noise-chunk-counter", "the disjoint counter range of each chunk of a draw (every chunk from the draw's first block)",
+        (("framework/graphveil/engine/noise.py",
+          "            _encryptor(secret, _BLOCKS * start).update_into(_ZEROS[: 8 * _WORDS * k], scratch.stream)\n",
+          "            _encryptor(secret, 0).update_into(_ZEROS[: 8 * _WORDS * k], scratch.stream)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "noise-4sum-one-term", "the sum of two Box-Muller terms (four uniforms) per coordinate (one term, same variance)",
+        (("framework/graphveil/engine/noise.py",
+          "    return torch.add(radius[:k], radius[k:], out=angle[:k])\n",
+          "    return torch.mul(radius[:k], math.sqrt(2), out=angle[:k])  # MUTANT\n"),),
+        note="N(0, 1) either way: only the reference-keystream test sees it",
+    ),
+    Mutant(
+        "noise-4sum-scale", "the 1/sqrt(2) of the two-term sum (halved instead: noise std too small)",
+        (("framework/graphveil/engine/noise.py",
+          "        scale = std / math.sqrt(2)  # z is formed as √2·z (module note)\n",
+          "        scale = std / 2  # MUTANT\n"),),
+    ),
+    Mutant(
+        "noise-float32-transform", "the float64 transform (formed in float32: a coarse grid near zero)",
+        (("framework/graphveil/engine/noise.py",
+          "        self.work = torch.empty(_WORDS * _CHUNK, dtype=torch.float64)\n",
+          "        self.work = torch.empty(_WORDS * _CHUNK, dtype=torch.float32)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "noise-device-key", "the per-draw key of the device generator (CUDA path; a fixed seed)",
+        (("framework/graphveil/engine/noise.py",
+          "    generator.manual_seed(int.from_bytes(secret[:8], \"little\"))\n",
+          "    generator.manual_seed(0)  # MUTANT\n"),),
     ),
     Mutant(
         "site-delta-policy", "the site's δ check on the task (a task asking another δ is refused)",
@@ -1008,6 +1045,49 @@ MUTANTS: tuple[Mutant, ...] = (
           '            if entry["status"] == records.TRAINED:\n'
           '                entry.update(status=records.FAILED, reason=f"rejected reply: {problem}; not aggregated")\n',
           "            pass  # MUTANT: aggregated anyway\n"),),
+    ),
+    # ---------------------------------------------------------------- issue 29: ghost clipping
+    Mutant(
+        "ghost-cross-term", "the cross-token terms of the ghost norm (only t = t' pairs summed)",
+        (("framework/graphveil/engine/grad_samplers/groups.py",
+          "        return (self._gram(a, gram, share) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2)).double()\n",
+          "        return (self._gram(a, gram, share).diagonal(0, 1, 2) * (g * g).sum(-1)).sum(1).double()  # MUTANT\n"),),
+    ),
+    Mutant(
+        "bookkeeping-factors", "the clipping factors in a ghost linear's weighted sum (unclipped sum)",
+        (("framework/graphveil/engine/grad_samplers/linear.py",
+          "        if g.shape[-1] <= a.shape[-1]:\n            g = g * f\n        else:\n            a = a * f\n",
+          "        pass  # MUTANT: factors not folded in\n"),),
+    ),
+    Mutant(
+        "bookkeeping-fold-side", "the factors folded into the inputs when the output is the wider record",
+        (("framework/graphveil/engine/grad_samplers/linear.py",
+          "        else:\n            a = a * f\n",
+          "        else:\n            pass  # MUTANT\n"),),
+    ),
+    Mutant(
+        "ghost-choice-rule", "mixed ghost clipping's per-layer rule (swapped: ghost for narrow layers)",
+        (("framework/graphveil/engine/grad_samplers/groups.py",
+          "        return length * (d + p) < d * p\n",
+          "        return length * (d + p) > d * p  # MUTANT\n"),),
+    ),
+    Mutant(
+        "shared-gram-strides", "the strides in the key of a shared input Gram (xᵀ shares x's Gram)",
+        (("framework/graphveil/engine/grad_samplers/groups.py",
+          "        key = (share, a.data_ptr(), tuple(a.shape), a.stride(), a.dtype, a.device)\n",
+          "        key = (share, a.data_ptr(), tuple(a.shape), a.dtype, a.device)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "output-edges", "the recorded outputs as what the engine's backward differentiates",
+        (("framework/graphveil/engine/per_tuple.py",
+          "                self._edges.append(get_gradient_edge(out))\n",
+          "                pass  # MUTANT: nothing to differentiate unless verifying\n"),),
+    ),
+    Mutant(
+        "inplace-input-check", "the engine's check that no recorded input changed in place before the backward",
+        (("framework/graphveil/engine/per_tuple.py",
+          "        if _versions(saved) != versions:\n",
+          "        if False:  # MUTANT\n"),),
     ),
     Mutant(
         "witness-reply-head", "the ledger head in a refused or failed reply sent after the ledger was opened",

@@ -26,7 +26,7 @@ from _toy import toy_graph
 from graphveil.contract.errors import ConfigError
 from graphveil.contract.hookspecs import hookimpl
 from graphveil.contract.host import PluginHost, default_host
-from graphveil.engine.dp_step import build_optimizer
+from graphveil.engine.dp_step import GaussianNoise, build_optimizer
 from graphveil.engine.schedules import LrSchedule, lr_factor, warmup_steps
 from graphveil.run.config import TrainingConfig, config_from_dict, load_config
 from graphveil.run.session import TrainingSession
@@ -245,13 +245,13 @@ def test_micro_batches_give_the_logical_batch_update_with_freq_clip_and_one_nois
         assert a["batch_size"] == b["batch_size"] and a["clipped_fraction"] == b["clipped_fraction"]
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["epsilon"] == b["epsilon"]
     # one noise draw per logical batch: the research generator moved as far as 4 steps of one
-    # draw per parameter tensor (GaussianNoise draws (4, *shape) float64 normals for each)
-    reference = torch.Generator().manual_seed(7)
+    # draw per parameter tensor (GaussianNoise takes one draw's secret from it for each)
+    reference = GaussianNoise(research_seed=7)
     for _ in range(4):
-        for p in whole.encoder.trainable_parameters():
-            torch.randn((4, *p.shape), generator=reference, dtype=torch.float64)
+        for _p in whole.encoder.trainable_parameters():
+            reference.draw_secret()
     for s in (whole, micro):
-        assert torch.equal(s.noise.generator.get_state(), reference.get_state())
+        assert torch.equal(s.noise.generator.get_state(), reference.generator.get_state())
 
 
 def test_nonprivate_training_micro_batched_is_the_same_run(graph) -> None:

@@ -3,27 +3,75 @@
 The noise is what hides a privacy unit, so whoever can reproduce it can subtract it from a
 released gradient and recover the clipped sum. Hence:
 
-* **Default — CSPRNG** (``mode == "csprng-4sum"``): every standard normal comes from 53-bit
-  uniforms (Box–Muller) of an AES-256-CTR keystream under a key of 32 fresh bytes from the OS
-  CSPRNG (``os.urandom``), a new key for every draw — NIST SP 800-90A's CTR_DRBG construction.
-  It is on no ``torch.Generator`` at all — in particular never on the run's sampling generator
-  — and the key lives only inside the draw, so no seed exists to be written anywhere. (Reading
-  ``os.urandom`` for every byte was about 2× slower: the noise of a fully fine-tuned encoder is tens
-  of millions of coordinates per step.)
-* **Research seed** (``mode == "research-seed"``): a fixed seed, for reproducible research
-  only, on the noise object's OWN ``torch.Generator`` (never the sampling generator). Anyone
-  who knows the seed can subtract the noise; a loud warning is logged once per process and
-  ``privacy.json`` records that the seed was set.
+* **Default — CSPRNG** (``mode == "csprng-4sum"``): the noise of one draw (one tensor of one
+  :meth:`GaussianNoise.add_` call) is a function of 48 fresh bytes of the OS CSPRNG
+  (``os.urandom``): an AES-256 key and an initial 128-bit counter, new for every draw. The
+  keystream is AES-256-CTR (``cryptography``, i.e. OpenSSL with AES-NI) — the generate step of
+  NIST SP 800-90A's CTR_DRBG. It is on no ``torch.Generator`` (in particular never on the run's
+  sampling generator), and the key lives only inside the draw, so no seed exists to be written.
+* **Research seed** (``mode == "research-seed"``): the same computation, but each draw's 48
+  secret bytes come from the noise object's OWN ``torch.Generator`` seeded with the research
+  seed (never the sampling generator): reproducible, for research only. Anyone who knows the
+  seed can subtract the noise; a loud warning is logged once per process and ``privacy.json``
+  records that the seed was set.
 
-Floating-point safety (both modes): a single floating-point Gaussian sample leaks its
-low-order bits, which can reveal the unnoised value (Mironov 2012; Holohan & Braghin 2021,
-"Secure Random Sampling in Differential Privacy", arXiv:2107.10138, Sec. 5.1; the attack on
-Opacus, arXiv:2112.05307). As Opacus' secure mode does
-(``opacus.optimizers.optimizer._generate_noise`` with ``secure_mode=True``: four
-``torch.normal(0, std)`` draws summed and divided by 2), every output coordinate here is
-``(z₁ + z₂ + z₃ + z₄) / 2`` for four independent standard normals ``zᵢ``: again exactly
-N(0, 1), and the attack's cost grows from 2⁵³ to 2¹⁵⁹ (the paper's n = 2, i.e. 2n = 4 draws).
-The sum is taken in float64, scaled by ``std``, then cast to the target dtype.
+**Keystream layout and threads.** A draw of n coordinates reads the first 32n bytes of the
+keystream (AES blocks ``c₀``, ``c₀ + 1``, … mod 2¹²⁸) as 64-bit words (native byte order), in
+chunks of ``B =`` :data:`_CHUNK` coordinates: the chunk of coordinates ``[s, s + k)`` reads
+bytes ``[32s, 32(s + k))`` as four rows of k words (u_A, u_B, v_A, v_B below). Chunks are
+handed to ``torch.get_num_threads()`` threads (OpenSSL's AES, numpy's and torch's kernels run
+without the GIL); each chunk starts its own CTR encryptor at counter ``c₀ + 2s``. One key,
+disjoint counter ranges: together the chunks read exactly the keystream one sequential
+encryptor would produce, no block twice (AES is a permutation, so the blocks of a draw — fewer
+than 2¹²⁸ — are distinct). The noise is thus a function of ``(key, c₀, n)`` alone, the same
+for any thread count; a test checks it against a single-encryptor reference. Each chunk is
+added straight into the target tensor (no full-size float64 copy of the noise).
+
+**Floating-point defence** (Mironov 2012; Holohan & Braghin 2021, "Secure Random Sampling in
+Differential Privacy", ESORICS 2021, arXiv:2107.10138, Sec. 5.1; the attack on Opacus,
+Jin et al. 2022, arXiv:2112.05307). One floating-point Box–Muller sample can be inverted: its
+low-order bits reveal the uniforms, hence the unnoised value. The paper's fix sums 2n Box–Muller
+samples (n pairs, i.e. 2n independent p-bit uniforms) and divides by √(2n); the attack must
+then search 2^(p(2n−1)) uniforms: 2¹⁵⁹ for n = 2 and p = 53 (Opacus' secure mode: four
+``torch.normal`` draws, summed, halved). Here every coordinate is
+
+    z = (r_A cos φ_A + r_B cos φ_B) / √2,   r = √(−2 ln u),  φ = 2πv,
+
+with ``u = 1 − w·2⁻⁵³ ∈ (0, 1]`` and ``v = w·2⁻⁵³`` from the low 53 bits of the coordinate's
+words (in the order u_A, u_B, v_A, v_B): four independent 53-bit uniforms, exactly N(0, 1) in
+real arithmetic. This is the paper's n = 2 construction evaluated with the paper's own identity
+(its footnote 2) cos θ + sin θ = √2 cos(θ − π/4): both outputs of a Box–Muller pair sum to
+√2·r·cos(θ − π/4), and θ − π/4 is as uniform as θ, so each pair contributes one cosine of a
+uniform angle. The attack still searches the same four uniforms (2¹⁵⁹), at half the
+transcendental work (2 log, 2 sqrt, 2 cos per coordinate; the previous code also took 2 sin).
+
+**Precision: float64, rounded once to the parameter's dtype.** ``z`` is formed in float64 and
+``tensor.add_(z, alpha=σC/√2)`` computes ``g + σC·z`` in float64 and rounds it once to the
+tensor's dtype. Forming ``z`` in float32 would NOT be safe: a sum of two float32 terms of size
+~1 is a multiple of 2⁻²³–2⁻²⁴, while float32 resolves much finer below 1/2, so small noise
+values would sit on a coarse grid — the holes the attack tests for (a test measures this). The
+float64 grid (≤ 2⁻⁵⁰·σC) is visible through float32 (bfloat16: far less) only where the
+released value is below about 2⁻²⁷·σC in magnitude, probability ≈ 4·10⁻⁹ per coordinate (the
+previous code, float64 cast to float32, had the same bound). So the parameter's dtype is used
+where that is safe: for the one final rounding.
+
+**Other devices (CUDA).** The noise is drawn on the tensor's device, never copied from the
+host: a ``torch.Generator`` of that device (on CUDA: Philox4x32-10, Salmon et al., "Parallel
+random numbers: as easy as 1, 2, 3", SC 2011) is created for each draw, seeded with 64 bits of
+the draw's secret and, on CUDA, its counter offset set from 58 more; it fills the 53-bit words
+and the same transform runs on the device. Only the 16 secret bytes cross from the host. Why
+this keeps the guarantee: (a) the DP proof needs noise independent of the data and of all the
+adversary sees; from any generator that holds against adversaries who cannot tell its output
+from independent uniforms (computational DP, Mironov, Pandey, Reingold & Vadhan, CRYPTO 2009) —
+the CPU path assumes this of AES. (b) Each draw's generator state is a function of 122 fresh OS
+CSPRNG bits only: no state links two draws, nothing outlives the draw, and no seed is written —
+the same key discipline as the CPU path. (c) The difference is the primitive: Philox is a keyed
+bijection built for statistical quality (it passes TestU01's BigCrush with a margin of rounds),
+not a vetted cipher, and its key has 64 bits. Reproducing a draw means finding key and offset
+(2¹²² by brute force); Philox's invertibility under a known key does not shorten this because
+raw Philox outputs are never released, only the floating-point transform above (2¹⁵⁹ to
+invert) plus the gradient. A deployment that wants AES's assumption on a GPU run must move the
+gradients to the CPU before the noise is added.
 """
 
 from __future__ import annotations
@@ -31,7 +79,10 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Literal
 
 import numpy as np
@@ -40,10 +91,19 @@ import torch
 logger = logging.getLogger(__name__)
 _WARNED = False
 
-#: Coordinates generated per chunk (bounds the float64 working memory to ~40 MB).
-_CHUNK = 1 << 20
-
 NoiseMode = Literal["csprng-4sum", "research-seed"]
+
+#: Bytes of a draw's secret: an AES-256 key, then the initial CTR counter block.
+_KEY_BYTES, _COUNTER_BYTES = 32, 16
+#: Keystream per coordinate: four 64-bit words = two AES blocks.
+_WORDS, _BLOCKS = 4, 2
+_UNIFORM_BITS = 53
+#: Coordinates per chunk: 1 MiB of keystream and 1 MiB of float64 work per thread; larger
+#: chunks gained < 3 % in time per coordinate, smaller ones pay the ops' call overhead.
+_CHUNK = 1 << 15
+#: Coordinates per chunk on a non-CPU device (bounds the device's working memory to 32 MiB).
+_DEVICE_CHUNK = 1 << 20
+_ZEROS = memoryview(bytes(8 * _WORDS * _CHUNK))
 
 
 def _warn_research_seed_once() -> None:
@@ -57,46 +117,201 @@ def _warn_research_seed_once() -> None:
         )
 
 
-def csprng_bytes(n: int) -> bytearray:
-    """``n`` bytes of AES-256-CTR keystream under a fresh key and counter from ``os.urandom``."""
+def fresh_secret() -> bytes:
+    """48 fresh bytes of the OS CSPRNG: one draw's AES-256 key and initial counter block."""
+    return os.urandom(_KEY_BYTES + _COUNTER_BYTES)
+
+
+def _encryptor(secret: bytes, block_offset: int):  # noqa: ANN202 - a cryptography CipherContext
+    """AES-256-CTR under ``secret``'s key, starting ``block_offset`` blocks past its counter."""
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-    encryptor = Cipher(algorithms.AES(os.urandom(32)), modes.CTR(os.urandom(16))).encryptor()
+    counter = (int.from_bytes(secret[_KEY_BYTES:], "big") + block_offset) % (1 << 128)
+    return Cipher(algorithms.AES(secret[:_KEY_BYTES]), modes.CTR(counter.to_bytes(16, "big"))).encryptor()
+
+
+def csprng_bytes(n: int) -> bytearray:
+    """``n`` bytes of AES-256-CTR keystream under a fresh key and counter from ``os.urandom``."""
     out = bytearray(n + 15)  # update_into wants a block's slack
-    written = encryptor.update_into(bytes(n), out)
+    written = _encryptor(fresh_secret(), 0).update_into(bytes(n), out)
     del out[written:]
     return out
 
 
+def box_muller_4sum(words: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
+    """``√2·z`` for the k coordinates of one chunk from its ``4k`` uniform 64-bit ``words`` (int64).
+
+    ``z = (r_A cos φ_A + r_B cos φ_B)/√2`` (module note); the caller scales by ``std/√2``. The
+    words are read as four rows of k: u_A, u_B, v_A, v_B. ``work`` is float64 scratch of ``4k``
+    elements on the words' device; ``words`` is masked in place to its low 53 bits. Returns a
+    view into ``work``.
+    """
+    k = words.numel() // _WORDS
+    words.bitwise_and_((1 << _UNIFORM_BITS) - 1)
+    work.copy_(words)  # exact: every value is below 2⁵³
+    radius, angle = work[: 2 * k], work[2 * k :]
+    # u = 1 − w·2⁻⁵³ ∈ (0, 1] is exact, so ln u is accurate even as u → 1 (small radii)
+    _log_(radius.mul_(-(2.0**-_UNIFORM_BITS)).add_(1.0)).mul_(-2.0)
+    _sqrt_(radius)
+    angle.mul_(2.0 * math.pi * 2.0**-_UNIFORM_BITS).cos_()
+    radius.mul_(angle)
+    return torch.add(radius[:k], radius[k:], out=angle[:k])
+
+
+def _log_(x: torch.Tensor) -> torch.Tensor:
+    """``x.log_()``; on CPU by numpy, whose SIMD float64 log is ~3× faster than torch's here."""
+    if x.device.type != "cpu":
+        return x.log_()
+    np.log(x.numpy(), out=x.numpy())
+    return x
+
+
+def _sqrt_(x: torch.Tensor) -> torch.Tensor:
+    """``x.sqrt_()``; on CPU by numpy (~1.6× faster than torch's float64 sqrt here)."""
+    if x.device.type != "cpu":
+        return x.sqrt_()
+    np.sqrt(x.numpy(), out=x.numpy())
+    return x
+
+
+class _Scratch(threading.local):
+    """One thread's chunk buffers: keystream bytes, their int64 view, float64 work."""
+
+    def __init__(self) -> None:
+        self.stream = bytearray(len(_ZEROS) + 16)  # update_into wants a block's slack
+        self.words = torch.frombuffer(self.stream, dtype=torch.int64, count=_WORDS * _CHUNK)
+        self.work = torch.empty(_WORDS * _CHUNK, dtype=torch.float64)
+
+
+_SCRATCH = _Scratch()
+_POOL: tuple[int, int, ThreadPoolExecutor] | None = None  # (pid, workers, pool)
+_POOL_LOCK = threading.Lock()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """A process-wide pool of ``workers`` threads (rebuilt after a fork or a thread-count change:
+    a forked child inherits the pool object but not its threads)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[:2] != (os.getpid(), workers):
+            if _POOL is not None and _POOL[0] == os.getpid():
+                _POOL[2].shutdown(wait=False)
+            _POOL = (os.getpid(), workers, ThreadPoolExecutor(workers, thread_name_prefix="graphveil-noise"))
+        return _POOL[2]
+
+
+def _in_threads(tasks: Sequence[Callable[[], None]], threads: int) -> None:
+    """Run ``tasks`` on ``threads`` threads (the caller's among them), each taking the next task."""
+    if threads <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            task()
+        return
+    lock, order = threading.Lock(), iter(tasks)
+
+    def worker() -> None:
+        while True:
+            with lock:
+                task = next(order, None)
+            if task is None:
+                return
+            task()
+
+    futures = [_pool(threads - 1).submit(worker) for _ in range(min(threads, len(tasks)) - 1)]
+    try:
+        worker()
+    finally:
+        # A helper that has not started yet (a busy machine) is not waited for: every task is
+        # done. One that runs is: never return while a thread still writes into the tensor.
+        for future in futures:
+            future.cancel()
+        wait(futures)
+    for future in futures:
+        if not future.cancelled():
+            future.result()
+
+
+def keystream_noise_add_(flat: torch.Tensor, scale: float, secret: bytes, threads: int | None = None) -> None:
+    """Add ``scale·√2·z`` (module note) to the contiguous 1-D CPU tensor ``flat``, in place.
+
+    ``secret`` is the draw's 48 secret bytes; ``threads`` defaults to ``torch.get_num_threads()``.
+    """
+    n = flat.numel()
+
+    def chunk(start: int) -> Callable[[], None]:
+        def run() -> None:
+            k, scratch = min(_CHUNK, n - start), _SCRATCH
+            # this chunk's own counter range: blocks c₀ + 2·start onwards
+            _encryptor(secret, _BLOCKS * start).update_into(_ZEROS[: 8 * _WORDS * k], scratch.stream)
+            z = box_muller_4sum(scratch.words[: _WORDS * k], scratch.work[: _WORDS * k])
+            flat[start : start + k].add_(z, alpha=scale)
+
+        return run
+
+    threads = threads or torch.get_num_threads()
+    with _intra_op_threads(1):
+        _in_threads([chunk(start) for start in range(0, n, _CHUNK)], threads)
+
+
+@contextmanager
+def _intra_op_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` for the calling thread, restored after.
+
+    The chunks' ops are small (≤ 32 768 elements) and run in the draw's own threads; torch's
+    MKL-backed float64 ``cos`` would otherwise fork an OpenMP team from every one of them (its
+    grain is 2 048 elements): oversubscribed cores, and stalls on a loaded machine. Threads of
+    the noise pool take this setting when they first run torch code, i.e. inside a draw.
+    """
+    before = torch.get_num_threads()
+    if before != count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if before != count:
+            torch.set_num_threads(before)
+
+
+def generator_noise_add_(flat: torch.Tensor, scale: float, secret: bytes) -> None:
+    """Add ``scale·√2·z`` to the contiguous 1-D tensor ``flat`` from a generator of its device.
+
+    The generator is created for this draw and keyed from ``secret`` (module note **Other
+    devices**): 64 bits of seed and, on CUDA (Philox), a counter offset from 58 more bits. The
+    words and the transform stay on ``flat``'s device. Runs on CPU too (mt19937 seeded with the
+    64 bits), which is how the path is tested without a GPU.
+    """
+    generator = torch.Generator(device=flat.device)
+    generator.manual_seed(int.from_bytes(secret[:8], "little"))
+    if flat.device.type == "cuda":  # Philox: a secret counter start too (a multiple of 4)
+        generator.set_offset((int.from_bytes(secret[8:16], "little") >> 6) << 2)
+    n = flat.numel()
+    chunk = min(_DEVICE_CHUNK, n)
+    words = torch.empty(_WORDS * chunk, dtype=torch.int64, device=flat.device)
+    work = torch.empty(_WORDS * chunk, dtype=torch.float64, device=flat.device)
+    for start in range(0, n, chunk):
+        k = min(chunk, n - start)
+        words[: _WORDS * k].random_(0, 1 << _UNIFORM_BITS, generator=generator)
+        flat[start : start + k].add_(box_muller_4sum(words[: _WORDS * k], work[: _WORDS * k]), alpha=scale)
+
+
+def on_keystream(device: torch.device) -> bool:
+    """Whether noise for a tensor on ``device`` comes from the AES keystream (CPU) or from a
+    per-draw generator on the device itself (module note **Other devices**)."""
+    return device.type == "cpu"
+
+
 def secure_standard_normal(n: int) -> np.ndarray:
-    """``n`` i.i.d. N(0, 1) draws (float64) from :func:`csprng_bytes` via Box–Muller (one draw
-    each, no 4-sum)."""
-    pairs = (n + 1) // 2
-    words = torch.frombuffer(csprng_bytes(16 * pairs), dtype=torch.int64).view(2, pairs)
-    # 53-bit uniforms (the top 53 bits of each word): u1 in (0, 1] (safe for log), u2 in [0, 1).
-    u = (words >> 11).bitwise_and_((1 << 53) - 1).to(torch.float64).mul_(2.0**-53)
-    radius = u[0].add_(2.0**-53).log_().mul_(-2.0).sqrt_()
-    angle = u[1].mul_(2.0 * math.pi)
-    return torch.cat([radius * angle.cos(), radius * angle.sin()])[:n].numpy()
-
-
-def secure_4sum_normal(n: int) -> np.ndarray:
-    """``n`` i.i.d. N(0, 1) draws (float64), each ``(z₁+z₂+z₃+z₄)/2`` of four CSPRNG normals."""
-    out = np.empty(n, dtype=np.float64)
-    for start in range(0, n, _CHUNK):
-        size = min(_CHUNK, n - start)
-        z = secure_standard_normal(4 * size).reshape(4, size)
-        np.sum(z, axis=0, out=out[start : start + size])
-    out *= 0.5
-    return out
+    """``n`` i.i.d. N(0, 1) draws (float64) from the CSPRNG, each the 4-uniform sum of the module note."""
+    out = torch.zeros(n, dtype=torch.float64)
+    keystream_noise_add_(out, 1 / math.sqrt(2), fresh_secret())
+    return out.numpy()
 
 
 class GaussianNoise:
     """Draws Gaussian noise for released gradients.
 
     :param research_seed: ``None`` (the default and the only private setting): OS CSPRNG.
-        An int: reproducible noise from this object's own ``torch.Generator`` seeded with it —
-        research only, the noise can be subtracted by anyone who knows the seed.
+        An int: reproducible noise, each draw's secret from this object's own ``torch.Generator``
+        seeded with it — research only, the noise can be subtracted by anyone who knows the seed.
     """
 
     def __init__(self, *, research_seed: int | None = None) -> None:
@@ -113,18 +328,32 @@ class GaussianNoise:
         """``"csprng-4sum"`` or ``"research-seed"`` (recorded in ``privacy.json`` as ``noise``)."""
         return "csprng-4sum" if self.research_seed is None else "research-seed"
 
-    def sample(self, shape: torch.Size | tuple[int, ...], std: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """A tensor of i.i.d. ``N(0, std²)`` entries (each the 4-sum of standard normals ÷ 2)."""
-        if not (std >= 0 and math.isfinite(std)):
-            raise ValueError(f"noise std must be a finite number >= 0, got {std}")
-        shape = torch.Size(shape)
+    def draw_secret(self) -> bytes:
+        """A new draw's 48 secret bytes: fresh from the OS, or from the research generator."""
         if self.generator is None:
-            z = torch.from_numpy(secure_4sum_normal(shape.numel())).reshape(shape)
-        else:
-            z = torch.randn((4, *shape), generator=self.generator, dtype=torch.float64).sum(0).mul_(0.5)
-        return (z * std).to(dtype)
+            return fresh_secret()
+        size = _KEY_BYTES + _COUNTER_BYTES
+        return torch.randint(0, 256, (size,), dtype=torch.uint8, generator=self.generator).numpy().tobytes()
+
+    def sample(self, shape: torch.Size | tuple[int, ...], std: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """A CPU tensor of i.i.d. ``N(0, std²)`` entries of ``dtype`` (one draw)."""
+        out = torch.zeros(torch.Size(shape), dtype=dtype)
+        self.add_([out], std)
+        return out
 
     def add_(self, tensors: Iterable[torch.Tensor], std: float) -> None:
-        """Add independent noise to each tensor in place (every coordinate, even if std is 0)."""
+        """Add independent noise to each tensor in place (every coordinate, even if std is 0):
+        one draw, with its own secret, per tensor, written into the tensor chunk by chunk."""
+        if not (std >= 0 and math.isfinite(std)):
+            raise ValueError(f"noise std must be a finite number >= 0, got {std}")
+        scale = std / math.sqrt(2)  # z is formed as √2·z (module note)
         for t in tensors:
-            t.add_(self.sample(t.shape, std, t.dtype).to(t.device))
+            secret = self.draw_secret()
+            # a non-contiguous tensor gets the draw in float64 first: still one rounding
+            flat = t.view(-1) if t.is_contiguous() else torch.zeros(t.numel(), dtype=torch.float64, device=t.device)
+            if on_keystream(t.device):
+                keystream_noise_add_(flat, scale, secret)
+            else:
+                generator_noise_add_(flat, scale, secret)
+            if not t.is_contiguous():
+                t.add_(flat.view(t.shape))

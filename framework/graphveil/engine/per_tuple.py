@@ -10,10 +10,18 @@ module-owned output bias as in PyG's ``GCNConv``; plugins register more). A modu
 trainable parameters without a sampler is refused naming it — unless the caller or the model
 opts in to the ``torch.func`` fallback (``fallback="functorch"``; small models only).
 
-The backward is ``torch.autograd.grad(loss_sum, trainable parameters)`` — the same work as the
-non-private step — and its summed gradient is checked against ``Σᵢ g(Eᵢ)`` (``verify``): a
-parameter that reaches the loss other than through its module's forward (functional use,
-weight tying) is refused instead of silently mis-clipped.
+The backward is ``torch.autograd.grad`` of ``loss_sum`` with respect to the OUTPUTS of the
+recorded modules (their :class:`~torch.autograd.graph.GradientEdge` at the time of the call),
+not the parameters: autograd then runs only the input-gradient half of every layer's backward
+and never forms the summed weight gradients, which the engine would discard (Bu et al. 2023,
+"Differentially private optimization on large model at small cost", book-keeping: one
+backward for output gradients; the clipped sum is then one matrix product per layer from the
+records, in place of autograd's weight-gradient product). Because autograd then no longer
+reads a layer's saved input, the engine checks itself that no recorded input was changed in
+place between the forward and the backward (autograd's own check, which it would skip).
+On the first step (``verify``) the parameters are differentiated too and their summed gradient
+is checked against ``Σᵢ g(Eᵢ)``: a parameter that reaches the loss other than through its
+module's forward (functional use, weight tying) is refused instead of silently mis-clipped.
 
 Grouping: every recorded activation has rows on dim 0, and either
 
@@ -54,6 +62,7 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.autograd.graph import GradientEdge, get_gradient_edge
 
 from graphveil.contract.errors import PluginError
 from graphveil.engine.grad_samplers import (
@@ -101,8 +110,9 @@ class PerTupleGrad:
     :param model: the module whose trainable parameters (``requires_grad``) are differentiated.
     :param mode: ``"auto"`` picks per layer the cheaper of ghost norm and materialised
         per-tuple gradients; ``"ghost"`` / ``"materialize"`` force one (tests, benchmarks).
-    :param verify: check ``Σᵢ g(Eᵢ)`` against autograd's summed gradient (costs one extra
-        matrix product per ghost linear layer; nothing noticeable for LoRA).
+    :param verify: check ``Σᵢ g(Eᵢ)`` against autograd's summed gradient (the backward then
+        also forms the summed weight gradients, plus one matrix product per ghost linear
+        layer; :func:`~graphveil.engine.dp_step.dp_step` verifies the first step only).
     :param fallback: for modules with no registered grad sampler: ``"refuse"`` (an error naming
         the module) or ``"functorch"`` (per-example ``torch.func.vmap(grad(...))`` of the module,
         for small models). ``None`` (default): the model's ``per_example_fallback`` attribute if
@@ -133,6 +143,8 @@ class PerTupleGrad:
         self._device = params[0].device if params else torch.device("cpu")
         self._norm_dtype = torch.float64 if any(p.dtype == torch.float64 for p in params) else torch.float32
         self._step: Records | None = None
+        #: the recorded outputs' gradient edges: what the backward differentiates (module note)
+        self._edges: list[GradientEdge] = []
         self._state = "idle"  # idle → recording → recorded → computing → computed → idle
 
     @property
@@ -157,7 +169,7 @@ class PerTupleGrad:
         """
         grouping = make_groups(num_groups, groups)
         step = Records(grouping, [LayerRecord() for _ in self._layers])
-        self._step = step
+        self._step, self._edges = step, []
         handles = [
             layer.module.register_forward_hook(self._forward_hook(layer, rec, step), with_kwargs=True)
             for layer, rec in zip(self._layers, step.layers, strict=True)
@@ -178,13 +190,22 @@ class PerTupleGrad:
             out = layer.sampler.output_tensor(output)
             rec.calls += 1
             if out.requires_grad:
-                out.register_hook(lambda g: self._backward_hook(layer, rec, step, saved, g))
+                versions = _versions(saved)
+                out.register_hook(lambda g: self._backward_hook(layer, rec, step, saved, versions, g))
+                self._edges.append(get_gradient_edge(out))
 
         return hook
 
-    def _backward_hook(self, layer: _Layer, rec: LayerRecord, step: Records, saved: Any, grad: torch.Tensor) -> None:
+    def _backward_hook(self, layer: _Layer, rec: LayerRecord, step: Records, saved: Any, versions: list[int],
+                       grad: torch.Tensor) -> None:
         if self._state != "computing" or step is not self._step:
             return  # a backward that is not ours (e.g. a test's reference gradient)
+        if _versions(saved) != versions:
+            raise PluginError(
+                f"per-tuple gradients: an input of {layer.name} ({type(layer.module).__name__}) was "
+                "modified in place after the module's forward, so its recorded value is not the "
+                "one the output was computed from; clone it before the in-place operation"
+            )
         layer.sampler.backward(rec, saved, grad.detach(), step.groups, self.mode)
 
     # ---------------------------------------------------------------------------------------
@@ -202,14 +223,20 @@ class PerTupleGrad:
         summed: list[torch.Tensor | None] = [None] * len(params)
         self._state = "computing"
         try:
-            if b and loss_sum.requires_grad:
-                summed = list(torch.autograd.grad(loss_sum, params, allow_unused=True))
+            # Output gradients only (module note); the parameters too when verifying.
+            wanted = [*params, *self._edges] if self.verify else self._edges
+            if b and loss_sum.requires_grad and wanted:
+                grads = torch.autograd.grad(loss_sum, wanted, allow_unused=True)
+                if self.verify:
+                    summed = list(grads[: len(params)])
+                del grads  # the captured output gradients: the hooks kept what they need
             flat: list[torch.Tensor] = []
             for layer, rec in zip(self._layers, step.layers, strict=True):
                 ghost = layer.sampler.finish(rec, step.groups)
                 if ghost is not None:
                     sq += ghost.to(sq.device)
                 flat.extend(t.flatten(1).to(sq.device) for t in rec.per_example.values())
+            step.groups.release()
             with threads_for(b * sum(p.numel() for p in params)):
                 if flat:  # few large ops rather than many small ones
                     sq += torch.cat(flat, 1).double().pow(2).sum(1)
@@ -218,6 +245,8 @@ class PerTupleGrad:
         except BaseException:
             self._step, self._state = None, "idle"  # nothing half-done survives a failure
             raise
+        finally:
+            self._edges = []  # they hold the autograd graph
         self._state = "computed"
         return sq.clamp(min=0).sqrt().to(self._norm_dtype)  # ghost sums may round below 0
 
@@ -297,6 +326,12 @@ class PerTupleGrad:
             return torch.tensordot(f, rec.per_example[name], dims=1)
         value = layer.sampler.weighted(rec, name, p, f, groups)
         return torch.zeros_like(p) if value is None else value
+
+
+def _versions(saved: Any) -> list[int]:
+    """In-place version counters of the tensors a sampler captured (a tensor or a tuple/list)."""
+    items = saved if isinstance(saved, tuple | list) else (saved,)
+    return [t._version for t in items if isinstance(t, torch.Tensor)]
 
 
 def _refuse_batch_norm(model: nn.Module) -> None:

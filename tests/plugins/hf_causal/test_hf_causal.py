@@ -315,7 +315,8 @@ def test_micro_batched_dp_step_equals_the_whole_batch_step(encoder):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-8)
 
 
-def test_bfloat16_base_keeps_float32_adapters_and_exact_per_tuple_gradients():
+@pytest.mark.parametrize("mode, verify", [("auto", True), ("auto", False), ("ghost", False)])
+def test_bfloat16_base_keeps_float32_adapters_and_exact_per_tuple_gradients(mode, verify):
     f32, bf16 = tiny(lora_layers=1, max_length=12), tiny(lora_layers=1, max_length=12, dtype="bfloat16")
     randomise_lora(f32, scale=0.3)
     bf16.load_trainable_state(f32.trainable_state())
@@ -331,7 +332,7 @@ def test_bfloat16_base_keeps_float32_adapters_and_exact_per_tuple_gradients():
     assert b.dtype == torch.float32
     torch.testing.assert_close(b, a, rtol=0.05, atol=0.05)  # the same weights, rounded
     params = list(bf16.trainable_parameters())
-    engine = PerTupleGrad(bf16)
+    engine = PerTupleGrad(bf16, mode=mode, verify=verify)  # verify=False: output gradients only
     with engine.record(num_groups=2):
         emb = bf16.embed(ids).reshape(2, 3, -1)
     losses = tuple_losses(emb, torch.zeros(2, 1, dtype=torch.long), torch.ones(2, 1, dtype=torch.bool), kind="infonce")
@@ -340,6 +341,11 @@ def test_bfloat16_base_keeps_float32_adapters_and_exact_per_tuple_gradients():
     want = torch.stack([torch.sqrt(sum(g.pow(2).sum() for g in gs)) for gs in ref])
     assert float(want.min()) > 0
     torch.testing.assert_close(norms, want, rtol=1e-3, atol=1e-6)
+    factors = torch.tensor([0.3, 1.0])
+    engine.accumulate(factors)  # the clipped sum, in float32 adapters over a bfloat16 base
+    for j, p in enumerate(params):
+        torch.testing.assert_close(p.grad, factors[0] * ref[0][j] + factors[1] * ref[1][j], rtol=1e-3, atol=1e-6)
+        p.grad = None
 
 
 # ---------------------------------------------------------------------------------------------

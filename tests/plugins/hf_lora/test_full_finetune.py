@@ -125,9 +125,10 @@ def test_every_embedding_sees_one_row_per_sequence(encoder):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("verify", [True, False])  # False: output gradients only (steps after the first)
 @pytest.mark.parametrize("mode", ["auto", "ghost", "materialize"])
 @pytest.mark.parametrize("b, k, kind, seed", [(1, 1, "infonce", 0), (3, 2, "infonce", 1), (4, 3, "hinge", 2)])
-def test_per_tuple_gradients_of_every_weight_equal_a_naive_loop_over_tuples(encoder, mode, b, k, kind, seed):
+def test_per_tuple_gradients_of_every_weight_equal_a_naive_loop_over_tuples(encoder, mode, b, k, kind, seed, verify):
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, len(TEXTS), (b, 2 + k), generator=gen)
     anchors = torch.randint(0, 2, (b, k), generator=gen)
@@ -140,7 +141,7 @@ def test_per_tuple_gradients_of_every_weight_equal_a_naive_loop_over_tuples(enco
         return tuple_losses(emb.reshape(len(rows), 2 + k, -1), anchors[rows], mask[rows], kind=kind,
                             temperature=0.2, margin=0.9)
 
-    engine = PerTupleGrad(encoder, mode=mode)
+    engine = PerTupleGrad(encoder, mode=mode, verify=verify)
     assert len(engine.parameters) == len(params)  # every trainable weight has a grad sampler
     with engine.record(num_groups=b):
         batch = loss_of(encoder.embed(ids.reshape(-1)), list(range(b)))

@@ -107,6 +107,9 @@ class GradSampler:
 
     #: Names of the module's own parameters this sampler decomposes (others are refused).
     handles: ClassVar[frozenset[str]] = frozenset()
+    #: :meth:`gram` depends on its input alone, so modules of this sampler class reading the
+    #: same input in one step share its Gram matrix (equal blocks; :meth:`.groups.Blocks.ghost_sq`).
+    shared_gram: ClassVar[bool] = False
 
     def __init__(self, name: str, module: nn.Module, params: dict[str, nn.Parameter]) -> None:
         self.name, self.module, self.params = name, module, params
@@ -160,7 +163,7 @@ class GradSampler:
         with threads_for(g.shape[1] * (g.numel() + a.numel())):  # the two L×L Gram matrices
             a, g = self.ghost_inputs(a, g)
             rec.pairs = [(a, g)]
-            return groups.ghost_sq(a, g, self.gram)
+            return groups.ghost_sq(a, g, self.gram, type(self) if self.shared_gram else None)
 
     def ghost_inputs(self, a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Adjust the ghost pairs before use (e.g. drop an embedding's padding tokens)."""

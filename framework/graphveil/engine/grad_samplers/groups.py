@@ -38,6 +38,8 @@ class Blocks:
 
     def __init__(self, num: int, rows: int | None = None) -> None:
         self.num, self.n_rows = num, rows
+        #: Gram matrices of inputs several layers read (:meth:`ghost_sq` with a ``share`` key)
+        self._grams: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def rows(self, t: torch.Tensor, name: str) -> torch.Tensor:
         """``(N, ..., f)`` → ``(b, L, f)``: example i owns rows ``[i·s, (i+1)·s)``, ``s = N / b``."""
@@ -56,9 +58,27 @@ class Blocks:
         """Per-example ``Σₜ gₜ aₜᵀ``: ``(b, p, d)`` (paper 2, Sec. 3.3, book-keeping)."""
         return torch.bmm(g.transpose(1, 2), a)
 
-    def ghost_sq(self, a: torch.Tensor, g: torch.Tensor, gram: Gram) -> torch.Tensor:
-        """Per-example ``‖Σₜ gₜ aₜᵀ‖²`` (float64, ``(b,)``) without forming ``gₜ aₜᵀ``."""
-        return (gram(a) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2)).double()
+    def ghost_sq(self, a: torch.Tensor, g: torch.Tensor, gram: Gram, share: object = None) -> torch.Tensor:
+        """Per-example ``‖Σₜ gₜ aₜᵀ‖²`` (float64, ``(b,)``) without forming ``gₜ aₜᵀ``.
+
+        :param share: if not None, ``gram(a)`` depends on ``a`` alone and is computed once per
+            step for every call with this key and the same input (the same memory, shape,
+            strides and dtype — e.g. the query, key and value projections of one attention
+            read one hidden state: one input Gram instead of three).
+        """
+        return (self._gram(a, gram, share) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2)).double()
+
+    def _gram(self, a: torch.Tensor, gram: Gram, share: object) -> torch.Tensor:
+        if share is None:
+            return gram(a)
+        key = (share, a.data_ptr(), tuple(a.shape), a.stride(), a.dtype, a.device)
+        if key not in self._grams:  # ``a`` is kept with its Gram: its memory cannot be reused meanwhile
+            self._grams[key] = (a, gram(a))
+        return self._grams[key][1]
+
+    def release(self) -> None:
+        """Drop the shared Gram matrices (after the step's norms)."""
+        self._grams.clear()
 
     def ghost_cheaper(self, a: torch.Tensor, g: torch.Tensor) -> bool:
         """Ghost norm (``L²(d+p)`` per example) beats materialising (``L·d·p``)?"""
@@ -124,10 +144,12 @@ class Segments:
             self._order[device] = (order, counts)
         return self._order[device]
 
-    def ghost_sq(self, a: torch.Tensor, g: torch.Tensor, gram: Gram) -> torch.Tensor:
+    def ghost_sq(self, a: torch.Tensor, g: torch.Tensor, gram: Gram, share: object = None) -> torch.Tensor:
         """Per-example ``‖Σₜ gₜ aₜᵀ‖²`` (float64, ``(b,)``): one Gram matrix per example's tokens.
 
         Pairs of tokens of different examples never enter, so the cost is ``Σᵢ Lᵢ²(d+p)``.
+        (``share`` is accepted for the signature of :meth:`Blocks.ghost_sq`; nothing is shared:
+        each example's rows are gathered anew.)
         """
         order, counts = self._sorted(g.device)
         a, g = a[order], g[order]
@@ -152,6 +174,9 @@ class Segments:
     def row_factors(self, factors: torch.Tensor) -> torch.Tensor:
         """Each row's example factor, broadcastable against canonical ``(N, L, f)`` records."""
         return factors[self._index(factors.device)].view(-1, 1, 1)
+
+    def release(self) -> None:
+        """Nothing is shared across calls (see :meth:`ghost_sq`)."""
 
 
 Groups = Blocks | Segments

@@ -9,7 +9,11 @@ during the ordinary backward), never per-token outer products, and per layer pic
   hook, so activations are released as early as in a plain backward. Always the choice for
   LoRA factors, where ``p`` or ``d`` is the rank;
 * **ghost norm** (Li et al., 2021): ``‖G_E‖² = Σ_{t,t'} (aₜ·aₜ')(rₜ·rₜ')`` — cost ``L²(d+p)``, no
-  ``d·p`` tensor per example; ``A``, ``R`` are kept for the weighted sum ``(c ∘ R)ᵀ A``.
+  ``d·p`` tensor per example; ``A``, ``R`` are kept for the weighted sum ``(c ∘ R)ᵀ A`` (Bu et
+  al. 2023's book-keeping: one matrix product, the factors ``c`` folded into the narrower of
+  ``R`` and ``A``; it replaces the summed weight gradient, which the engine's backward no longer
+  forms). Layers that read the same input (an attention's query, key and value projections)
+  share its Gram matrix ``A Aᵀ`` within a step.
 
 The bias gradient of example ``E`` is ``Σₜ rₜ`` (always materialised: ``p`` numbers).
 """
@@ -31,6 +35,7 @@ class LinearSampler(GradSampler):
     """``y = x Wᵀ + b`` on the last dim of ``x`` (``(N, ..., d)``, N rows on dim 0)."""
 
     handles = frozenset({"weight", "bias"})
+    shared_gram = True  # a·aᵀ: the query, key and value projections of one attention share it
 
     def capture(self, args: tuple, kwargs: dict[str, Any], output: Any) -> torch.Tensor:
         x = self.input_tensor(args, kwargs)
@@ -61,5 +66,10 @@ class LinearSampler(GradSampler):
         if name != "weight" or not (rec.ghost and rec.pairs):
             return None
         ((a, g),) = rec.pairs
-        gf = (g * groups.row_factors(factors)).reshape(-1, g.shape[-1])
-        return gf.t() @ a.reshape(-1, a.shape[-1])
+        # Book-keeping: the factors folded into the narrower of the two records, one product.
+        f = groups.row_factors(factors)
+        if g.shape[-1] <= a.shape[-1]:
+            g = g * f
+        else:
+            a = a * f
+        return g.reshape(-1, g.shape[-1]).t() @ a.reshape(-1, a.shape[-1])

@@ -115,10 +115,10 @@ class _FullStack(nn.Module):
         self.embeddings, self.top = embeddings, top
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        input_ids, token_type_ids = tokens.unbind(-1)
-        hidden = self.embeddings(
-            input_ids=input_ids, token_type_ids=token_type_ids, position_ids=_position_ids(self.embeddings, input_ids)
-        )
+        # contiguous ids: per-example samplers may view them flat (Opacus' embedding norm sampler does)
+        input_ids, token_type_ids = (t.contiguous() for t in tokens.unbind(-1))
+        position_ids = _position_ids(self.embeddings, input_ids).contiguous()
+        hidden = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
         return self.top(hidden, mask)
 
 
