@@ -75,16 +75,15 @@ def setup(args: argparse.Namespace):
     from graphveil.data.loaders import load_bundled_citeseer
     from graphveil.engine.dp_step import (
         GaussianNoise,
-        LossSpec,
         add_noise,
         build_optimizer,
         dp_step,
         nonprivate_step,
     )
-    from graphveil.engine.losses import tuple_losses
     from graphveil.engine.per_tuple import PerTupleGrad
     from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper  # the clipper a run uses
     from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
+    from graphveil.plugins.relational.losses import LossSpec, tuple_losses
     from graphveil.run.config import TrainingConfig
 
     graph = load_bundled_citeseer().subgraph(torch.arange(args.entities))

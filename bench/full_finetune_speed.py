@@ -96,16 +96,11 @@ def setup(args: argparse.Namespace):
 
     from graphveil.contract.sampler import TupleBatch
     from graphveil.data.loaders import load_bundled_citeseer
-    from graphveil.engine.dp_step import (
-        GaussianNoise,
-        LossSpec,
-        build_optimizer,
-        dp_step,
-        nonprivate_step,
-    )
+    from graphveil.engine.dp_step import GaussianNoise, build_optimizer, dp_step, nonprivate_step
     from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper  # the clipper a run uses
     from graphveil.plugins.hf_causal.encoder import HfCausalEncoder, HfCausalParams
     from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
+    from graphveil.plugins.relational.losses import LossSpec
     from graphveil.run.config import TrainingConfig
 
     model, finetune = args.config.rsplit("-", 1)

@@ -54,7 +54,7 @@ def timed(series: Series | None, name: str, fn: Callable[[], Any]) -> Any:
 
 def nonprivate_phases(series: Series, encoder, batch, loss, optimizer) -> None:
     """One non-private step (mean loss, backward, Adam), phase by phase."""
-    from graphveil.engine.dp_step import batch_losses
+    from graphveil.plugins.relational.losses import batch_losses
 
     optimizer.zero_grad(set_to_none=True)
     losses = timed(series, "forward", lambda: batch_losses(encoder, batch, loss))
@@ -65,7 +65,7 @@ def nonprivate_phases(series: Series, encoder, batch, loss, optimizer) -> None:
 def dp_phases(series: Series, encoder, engine, batch, loss, clipper, noise, std: float, optimizer) -> None:
     """One DP step with the engine's public API (as :func:`graphveil.engine.dp_step.dp_step`
     does it, without micro-batches), phase by phase; divides by the realised batch size."""
-    from graphveil.engine.dp_step import batch_losses
+    from graphveil.plugins.relational.losses import batch_losses
 
     params = engine.parameters
     optimizer.zero_grad(set_to_none=True)

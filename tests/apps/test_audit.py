@@ -331,7 +331,7 @@ def test_scores_read_only_the_two_states(toy):
     encoder = default_host().create("encoder", "hf_lora", options, where="encoder")
     c = plant_canaries(toy, split(), PrivacyUnit.NODE, torch.tensor([True, False] * 4), degree=2, seed=2)
     state = encoder.trainable_state()
-    from graphveil.engine.dp_step import LossSpec
+    from graphveil.plugins.relational.losses import LossSpec
 
     scores = canary_scores(encoder, c, state, state, LossSpec())
     assert scores.shape == (8,) and torch.equal(scores, torch.zeros(8, dtype=torch.float64))

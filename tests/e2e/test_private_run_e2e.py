@@ -35,7 +35,7 @@ from scipy import stats
 from graphveil.contract.host import PluginHost
 from graphveil.contract.sampler import TupleBatch
 from graphveil.data.graph import RelationalGraph
-from graphveil.engine.dp_step import LossSpec, batch_losses
+from graphveil.plugins.relational.losses import LossSpec, batch_losses
 from graphveil.run.session import TrainingSession
 
 

@@ -17,16 +17,14 @@ from graphveil.data.graph import RelationalGraph
 from graphveil.engine import noise as noise_module
 from graphveil.engine.dp_step import (
     GaussianNoise,
-    LossSpec,
     StepMetrics,
-    batch_losses,
     build_optimizer,
     dp_step,
     nonprivate_step,
 )
-from graphveil.engine.losses import tuple_losses
 from graphveil.engine.noise import secure_standard_normal
 from graphveil.engine.per_tuple import PerTupleGrad
+from graphveil.plugins.relational.losses import LossSpec, batch_losses, tuple_losses
 from graphveil.run.config import TrainingConfig
 
 INFONCE = LossSpec("infonce", temperature=0.2)

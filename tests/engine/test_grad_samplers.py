@@ -21,7 +21,7 @@ from graphveil.contract.errors import PluginError
 from graphveil.contract.profiles import PrivacyUnit, SamplingKind, SamplingProfile, SensitivityKind
 from graphveil.contract.sampler import TupleBatch
 from graphveil.contract.task import NodeBatch
-from graphveil.engine.dp_step import GaussianNoise, LossSpec, dp_step
+from graphveil.engine.dp_step import GaussianNoise, dp_step
 from graphveil.engine.grad_samplers import (
     Blocks,
     GradSampler,
@@ -33,6 +33,7 @@ from graphveil.engine.grad_samplers import (
 from graphveil.engine.grad_samplers.linear import LinearSampler
 from graphveil.engine.grad_samplers.module_bias import ModuleBiasSampler
 from graphveil.engine.per_tuple import PerTupleGrad
+from graphveil.plugins.relational.losses import LossSpec
 
 MODES = ["auto", "ghost", "materialize"]
 FAST = settings(max_examples=10, deadline=None, derandomize=True)

@@ -17,8 +17,8 @@ from torch import nn
 
 from graphveil.contract.errors import PluginError
 from graphveil.data.graph import RelationalGraph
-from graphveil.engine.losses import tuple_losses
 from graphveil.engine.per_tuple import PerTupleGrad
+from graphveil.plugins.relational.losses import tuple_losses
 
 MODES = ["auto", "ghost", "materialize"]
 FAST = settings(max_examples=12, deadline=None, derandomize=True)

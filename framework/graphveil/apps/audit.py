@@ -54,6 +54,7 @@ from __future__ import annotations
 import math
 import secrets
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,6 @@ from graphveil.contract.sampler import TupleBatch
 from graphveil.contract.units import Adjacency, PrivacyUnit, UnitKind
 from graphveil.data.graph import RelationalGraph
 from graphveil.data.split import split_key, split_position
-from graphveil.engine.dp_step import LossSpec, batch_losses
 from graphveil.privacy.one_run_audit import all_correct_bound, epsilon_lower_bound
 from graphveil.run.config import RunConfig
 from graphveil.run.outputs import RunDirectory
@@ -245,8 +245,10 @@ def _fresh_features(features: torch.Tensor | None, count: int, gen: torch.Genera
 
 @torch.no_grad()
 def canary_scores(encoder: Encoder, canaries: CanarySet, before: dict[str, torch.Tensor],
-                  after: dict[str, torch.Tensor], loss: LossSpec) -> torch.Tensor:
-    """``(m,)`` loss drop ``ℓ_before − ℓ_after`` of each canary's relations (module docstring).
+                  after: dict[str, torch.Tensor],
+                  loss_fn: Callable[[Encoder, TupleBatch], torch.Tensor]) -> torch.Tensor:
+    """``(m,)`` loss drop ``ℓ_before − ℓ_after`` of each canary's relations (module docstring),
+    under the run task's own per-tuple ``loss_fn(model, batch)`` (its ``losses``).
 
     Prepares ``encoder`` on the probe and leaves it holding ``after``.
     """
@@ -263,7 +265,7 @@ def canary_scores(encoder: Encoder, canaries: CanarySet, before: dict[str, torch
         for start in range(0, pairs.shape[0], SCORE_CHUNK):
             chunk, neg = pairs[start : start + SCORE_CHUNK], negs[start : start + SCORE_CHUNK]
             batch = TupleBatch(chunk, neg, chunk[:, :1].expand(-1, neg.shape[1]).clone())
-            parts.append(batch_losses(encoder, batch, loss).double())
+            parts.append(loss_fn(encoder, batch).double())
         losses.append(torch.cat(parts))
     encoder.train()
     drop = losses[0] - losses[1]
@@ -376,7 +378,7 @@ def run_audit(config: RunConfig, *, canaries: int = DEFAULT_CANARIES, degree: in
         train = session.train(on_step=lambda _s, metrics: out.log_metrics(metrics))
         privacy = session.privacy_report()
         after = session.encoder.trainable_state()
-        scores = canary_scores(session.encoder, planted, before, after, LossSpec.from_config(config.training))
+        scores = canary_scores(session.encoder, planted, before, after, session.task.losses)
         verdict = judge(scores, planted.included, delta=session.delta, confidence=confidence, guesses=guesses)
         result = {
             "name": config.name, "method": describe_method(config, unit), "unit": unit.value,

@@ -32,7 +32,7 @@ Devices and dtypes: everything follows the model's parameters (norms and factors
 device, float32 — float64 for a float64 model —, noise drawn on the CPU source then moved to
 each gradient's device and dtype by :class:`GaussianNoise`).
 
-Entry points for a session: :func:`build_optimizer`, :class:`LossSpec`, :class:`GaussianNoise`
+Entry points for a session: :func:`build_optimizer`, :class:`GaussianNoise`
 (re-exported), :func:`dp_step`, :func:`nonprivate_step` (same signature).
 """
 
@@ -48,37 +48,20 @@ import torch
 
 from graphveil.contract.clipper import Clipper
 from graphveil.contract.errors import PluginError
-from graphveil.contract.model import Encoder, Model
-from graphveil.contract.sampler import TupleBatch
+from graphveil.contract.model import Model
 from graphveil.contract.task import Batch
 from graphveil.engine.grad_samplers import threads_for
-from graphveil.engine.losses import LossKind, tuple_losses
 from graphveil.engine.noise import GaussianNoise
 from graphveil.engine.per_tuple import PerTupleGrad
 
 __all__ = [
     "GaussianNoise",
-    "LossSpec",
     "StepMetrics",
     "add_noise",
-    "batch_losses",
     "build_optimizer",
     "dp_step",
     "nonprivate_step",
 ]
-
-
-@dataclass(frozen=True)
-class LossSpec:
-    """Which per-tuple loss, and its temperature (InfoNCE) or margin (hinge)."""
-
-    kind: LossKind = "infonce"
-    temperature: float = 0.05
-    margin: float = 0.2
-
-    @classmethod
-    def from_config(cls, training: Any) -> LossSpec:
-        return cls(training.loss, training.temperature, training.margin)
 
 
 @dataclass(frozen=True)
@@ -115,44 +98,8 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], training: Any) -> torc
     return torch.optim.SGD(params, lr=training.lr, weight_decay=decay)
 
 
-def _anchor_positions(batch: TupleBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(entities (b, 2+k) with masked negatives filled, anchors_pos (b, k), mask (b, k))``.
-
-    ``batch.anchors`` holds the entity ``wᵢⱼ`` (an end of ``eᵢ⁺``); negatives ``< 0`` are absent.
-    """
-    u, v = batch.positives[:, :1], batch.positives[:, 1:]
-    mask = batch.negatives >= 0
-    anchors = batch.anchors
-    bad = mask & (anchors != u) & (anchors != v)
-    if bool(bad.any()):
-        i, j = (int(x) for x in bad.nonzero()[0])
-        raise PluginError(
-            f"sampler produced anchor {int(anchors[i, j])} for negative {j} of tuple {i}, which is "
-            f"not an end of its positive relation {batch.positives[i].tolist()}"
-        )
-    anchors_pos = (anchors == v).long() & mask.long()
-    negatives = torch.where(mask, batch.negatives, u.expand_as(batch.negatives))
-    return torch.cat([batch.positives, negatives], 1), anchors_pos, mask
-
-
-def batch_losses(encoder: Encoder, batch: TupleBatch, loss: LossSpec) -> torch.Tensor:
-    """Per-tuple losses ``(b,)``; entities are embedded tuple-major, one sequence per occurrence."""
-    entities, anchors_pos, mask = _anchor_positions(batch)
-    b, width = entities.shape
-    emb = encoder.embed(entities.reshape(-1)).reshape(b, width, -1)
-    return tuple_losses(
-        emb, anchors_pos, mask, kind=loss.kind, temperature=loss.temperature, margin=loss.margin
-    )
-
-
-#: Per-example losses of a batch: a task's ``losses(model, batch)``, or a :class:`LossSpec` for tuples.
-Losses = LossSpec | Callable[[Any, Any], torch.Tensor]
-
-
-def _loss_fn(loss: Losses) -> Callable[[Any, Any], torch.Tensor]:
-    if isinstance(loss, LossSpec):
-        return lambda model, batch: batch_losses(model, batch, loss)
-    return loss
+#: Per-example losses of a batch: a task's ``losses(model, batch)`` (shape ``(b,)``).
+Losses = Callable[[Any, Any], torch.Tensor]
 
 
 _ENGINES: weakref.WeakKeyDictionary[Model, tuple[tuple[int, ...], PerTupleGrad]] = weakref.WeakKeyDictionary()
@@ -270,7 +217,7 @@ def dp_step(
     :param noise_multiplier: σ ≥ 0 (σ = 0 only for tests: no privacy).
     :param expected_batch_size: b̄ > 0, the expected number of tuples per step.
     :param optimizer: built by :func:`build_optimizer` over ``encoder.trainable_parameters()``.
-    :param loss: per-example losses ``(b,)`` of a batch: a task's ``losses`` or a tuple :class:`LossSpec`.
+    :param loss: per-example losses ``(b,)`` of a batch: a task's ``losses``.
     :param micro_batch_size: if set (≥ 1) and below the batch size, run the forward/backward
         on chunks of this many examples (the batch must be a :class:`~graphveil.contract.task.Batch`); the
         clipper still sees the whole batch and one noise draw is added (module note).
@@ -287,7 +234,7 @@ def dp_step(
     b = batch.size
     engine = _engine_for(encoder, params)
     if b > 0:
-        loss_fn = _loss_fn(loss)
+        loss_fn = loss
         norms, losses, parts = _per_example(engine, encoder, batch, loss_fn, micro_batch_size)
         # A non-finite loss or gradient norm is that example's own (nothing mixes examples): it
         # contributes 0 — a vector inside every clipping bound — and the step goes on, so no
@@ -369,12 +316,12 @@ def nonprivate_step(
     if b == 0:
         return StepMetrics(float("nan"), 0, float("nan"), float("nan"))
     if micro_batch_size is None or micro_batch_size >= b:
-        losses = _loss_fn(loss)(encoder, batch)
+        losses = loss(encoder, batch)
         losses.mean().backward()
     else:
         parts = []
         for part in _micro_batches(batch, b, micro_batch_size):
-            part_losses = _loss_fn(loss)(encoder, part)
+            part_losses = loss(encoder, part)
             (part_losses.sum() / b).backward()
             parts.append(part_losses.detach())
         losses = torch.cat(parts)

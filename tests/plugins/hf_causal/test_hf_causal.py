@@ -18,11 +18,11 @@ from graphveil.contract.errors import ConfigError, DataError
 from graphveil.contract.host import PluginHost
 from graphveil.contract.sampler import TupleBatch
 from graphveil.data.graph import RelationalGraph
-from graphveil.engine.dp_step import GaussianNoise, LossSpec, dp_step
-from graphveil.engine.losses import tuple_losses
+from graphveil.engine.dp_step import GaussianNoise, dp_step
 from graphveil.engine.per_tuple import PerTupleGrad
 from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper
 from graphveil.plugins.hf_causal.encoder import TINY_LLAMA, HfCausalEncoder, HfCausalParams
+from graphveil.plugins.relational.losses import LossSpec, tuple_losses
 
 TEXTS = [
     "differential privacy for graphs",

@@ -10,10 +10,10 @@ import torch
 
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data.graph import RelationalGraph
-from graphveil.engine.losses import tuple_losses
 from graphveil.engine.per_tuple import PerTupleGrad
 from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
 from graphveil.plugins.hf_lora.frozen_head import FrozenHeadEncoder, FrozenHeadParams
+from graphveil.plugins.relational.losses import tuple_losses
 from graphveil.run.config import config_from_dict
 from graphveil.run.runner import run_training
 

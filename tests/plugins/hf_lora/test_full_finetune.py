@@ -19,11 +19,11 @@ from graphveil.contract.errors import ConfigError
 from graphveil.contract.host import PluginHost
 from graphveil.contract.sampler import TupleBatch
 from graphveil.data.graph import RelationalGraph
-from graphveil.engine.dp_step import GaussianNoise, LossSpec, dp_step
-from graphveil.engine.losses import tuple_losses
+from graphveil.engine.dp_step import GaussianNoise, dp_step
 from graphveil.engine.per_tuple import PerTupleGrad
 from graphveil.plugins.edge_dp.clipping import PerTupleEdgeClipper
 from graphveil.plugins.hf_lora.encoder import TINY_BERT, HfLoraEncoder, HfLoraParams
+from graphveil.plugins.relational.losses import LossSpec, tuple_losses
 
 WORDS = "graph privacy tuple entity relation noise clip adam lora token text model".split()
 TEXTS = [" ".join(WORDS[j % len(WORDS)] for j in range(i, i + 1 + i % 9)) for i in range(23)] + [""]

@@ -15,9 +15,9 @@ from _paths import REPO
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.contract.model import Encoder
 from graphveil.data import RelationalGraph, load_data
-from graphveil.engine.dp_step import LossSpec
 from graphveil.evaluation import few_shot_classification, fit_linear_probe
 from graphveil.plugins.relational.few_shot import few_shot_relation_prediction, split_few_shot
+from graphveil.plugins.relational.losses import LossSpec
 from graphveil.run.config import DataConfig, FewShotConfig, config_from_dict
 from graphveil.run.session import TrainingSession
 

@@ -17,7 +17,7 @@ from graphveil.contract.errors import ConfigError
 from graphveil.contract.model import Encoder
 from graphveil.engine.dp_step import nonprivate_step
 from graphveil.evaluation import relation_prediction
-from graphveil.plugins.relational.losses import LossSpec, batch_losses
+from graphveil.plugins.relational.losses import LossSpec
 from graphveil.sampling import pair_with_random_ends
 
 
@@ -82,7 +82,7 @@ def few_shot_relation_prediction(
             positives = torch.where(flip.unsqueeze(1), train.flip(1), train)
             local = pair_with_random_ends(positives, negatives, gen)
             batch = type(local)(nodes[local.positives], nodes[local.negatives], nodes[local.anchors])
-            nonprivate_step(model, batch, optimizer=opt, loss=lambda m, b: batch_losses(m, b, loss))
+            nonprivate_step(model, batch, optimizer=opt, loss=loss)
             if step % config.eval_every == 0 or step == config.steps:
                 mrr = score(val, config.validation)["mrr"]
                 if mrr > best_mrr:
