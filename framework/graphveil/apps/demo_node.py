@@ -206,7 +206,10 @@ def node_demo_configs(quick: bool = False, root: Path | None = None, progress: b
         cfg.output.progress = progress
         cfg.output.dir = root / row.key if root else None
         if overrides:  # a bad component option is refused now, not after the rows before it ran
-            TrainingSession(cfg, host=host).assemble()
+            try:
+                TrainingSession(cfg, host=host).assemble()
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc}") from exc
         out.append((row.label, cfg, "quick: 1 epoch per stage" if quick else changes_text(row.changes, bench)))
     unused = [text for text, count in reached.items() if count == 0]
     if unused:
