@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 from _paths import REPO
 
 from graphveil.apps import comparison, demo, demo_node
@@ -142,3 +143,124 @@ def test_changes_are_named_by_stage() -> None:
     assert demo_node.changes_text(both, raw) == "encoder + classifier: epochs 100→20, lr 0.001→0.003"
     assert demo_node.changes_text(["training.epochs=50"], raw) == "classifier: epochs 100→50"
     assert demo_node.changes_text([], raw) == "–"
+
+
+# ------------------------------------------------------------------ the owner's node graph (--set data.…)
+
+
+def write_pyg(path: Path, x, y, edge_index) -> Path:
+    """A torch.save'd torch_geometric Data with x, y and edge_index and no masks, as an owner hands it over."""
+    import torch
+    from torch_geometric.data import Data
+
+    torch.save(Data(x=x, y=y, edge_index=edge_index, num_nodes=x.shape[0]), path)
+    return path
+
+
+def cora_part(path: Path, nodes: int = 300) -> Path:
+    """The first ``nodes`` nodes of bundled Cora (and the edges among them) as a pyg file."""
+    import torch
+
+    from graphveil.data import load_data
+
+    cora = load_data(load_config(REPO / "examples" / "dp_mlp_cora.yaml").data)
+    part = cora.subgraph(torch.arange(nodes))
+    return write_pyg(path, part.x, part.y, part.edge_index)
+
+
+def _no_row_may_run(monkeypatch) -> None:
+    monkeypatch.setattr(comparison, "run_training", lambda *a, **k: pytest.fail("a row ran"))
+
+
+def _demo(out: Path, *sets: str) -> list[str]:
+    return ["demo", "--task", "node", "--quick", "--no-progress", "--output", str(out),
+            *(f"--set={s}" for s in sets)]
+
+
+def test_set_reaches_every_row_and_drops_the_bundled_source_options(tmp_path: Path) -> None:
+    configs = demo_node.node_demo_configs(True, tmp_path, False, overrides=[
+        "data.source=pyg", f"data.path={tmp_path / 'g.pt'}", "model.hidden=16", "training.lr=0.01"])
+    assert len(configs) == len(demo_node.ROWS)
+    for _, cfg, _ in configs:
+        assert cfg.data.source == "pyg" and cfg.data.params == {"path": tmp_path / "g.pt"}
+        assert cfg.data.split.kind == "random_node"  # the demo's split: no masks needed
+        assert cfg.model.params["hidden"] == 16 and cfg.training.lr == 0.01
+        assert cfg.training.epochs == 1  # --quick and --set together
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (["nope.x=1"], "'nope.x=1': no row has that section"),
+    (["model.nope=1"], "demo row 'non-private MLP'.*nope"),
+    (["training.epochs"], "expected KEY=VALUE"),
+])
+def test_a_bad_set_exits_2_before_any_row_runs(tmp_path: Path, monkeypatch, capsys, sets, message) -> None:
+    import re
+
+    _no_row_may_run(monkeypatch)
+    assert main(_demo(tmp_path / "out", *sets)) == 2
+    assert re.search(message, capsys.readouterr().err) and list(tmp_path.iterdir()) == []
+
+
+def test_a_graph_the_node_demo_cannot_read_exits_2_and_writes_nothing(tmp_path: Path, monkeypatch,
+                                                                      capsys) -> None:
+    """Missing file; a graph without features and labels; too few labelled classes on the
+    training side; a node out-degree above the node-level rows' D: each refused with exit 2
+    before any row runs, and no demo folder (nor its .partial) is left."""
+    import torch
+
+    from graphveil.data.node_split import node_sides
+
+    _no_row_may_run(monkeypatch)
+    out = tmp_path / "out"
+    missing = tmp_path / "missing.pt"
+    assert main(_demo(out, "data.source=pyg", f"data.path={missing}")) == 2
+    assert f"{missing}: no such file" in capsys.readouterr().err
+
+    edges = tmp_path / "edges.csv"
+    edges.write_text("source,target\na,b\nb,c\n")
+    (tmp_path / "nodes.csv").write_text("id,text\na,x\nb,y\nc,z\n")
+    assert main(_demo(out, "data.source=edge_list", f"data.path={edges}",
+                      f"data.entities={tmp_path / 'nodes.csv'}")) == 2
+    assert "gave a relational graph" in capsys.readouterr().err
+
+    n = 200
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(n, 8, generator=gen) + 0.1
+    ring = torch.stack([torch.arange(n), (torch.arange(n) + 1) % n])
+    ring = torch.cat([ring, ring.flip(0)], 1)
+    sides = node_sides([str(i) for i in range(n)], 0.1, 0.15, demo_node.SEED)
+    one_class = write_pyg(tmp_path / "one.pt", x, (sides > 0).long(), ring)  # every training node class 0
+    assert main(_demo(out, "data.source=pyg", f"data.path={one_class}")) == 2
+    err = capsys.readouterr().err
+    assert "graph 'one' has 200 labelled nodes; the random_node split trains on" in err
+    assert "of 1 class (node classification needs at least two)" in err
+
+    star = torch.stack([torch.zeros(n - 1, dtype=torch.long), torch.arange(1, n)])  # node 0: degree 199
+    hub = write_pyg(tmp_path / "hub.pt", x, torch.arange(n) % 3, torch.cat([star, star.flip(0)], 1))
+    assert main(_demo(out, "data.source=pyg", f"data.path={hub}")) == 2
+    err = capsys.readouterr().err
+    assert "out-degree up to 199, above the degree bound of the node-level rows 'node ε=16 GAP'" in err
+    assert "'node ε=16 DP-MLP'" not in err and "(D=168," in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edges.csv", "hub.pt", "nodes.csv", "one.pt"]
+
+
+@pytest.mark.slow
+def test_quick_node_demo_on_an_owners_pyg_graph_runs_every_row(tmp_path: Path, capsys) -> None:
+    """The owner's graph (part of Cora saved as a pyg Data without masks) under every row of the
+    table, each row's run reading that file, split by the demo's random_node split."""
+    path = cora_part(tmp_path / "owner.pt")
+    out = tmp_path / "demo"
+    assert main(_demo(out, "data.source=pyg", f"data.path={path}")) == 0
+    printed = capsys.readouterr().out
+    rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["name"] for r in rows] == [r.label for r in demo_node.ROWS]
+    for spec, r in zip(demo_node.ROWS, rows, strict=True):
+        resolved = yaml.safe_load((out / spec.key / "config.resolved.yaml").read_text())
+        assert resolved["data"] == {**resolved["data"], "source": "pyg", "path": str(path)}
+        assert "name" not in resolved["data"] and resolved["data"]["split"]["kind"] == "random_node"
+        evaluation = json.loads((out / spec.key / "evaluation.json").read_text())
+        assert 0.0 <= r["test_accuracy"] <= 1.0 and evaluation  # every row trained and was evaluated
+        if spec.epsilon is not None:
+            assert math.isfinite(r["epsilon"]) and 0 < r["epsilon"] <= spec.epsilon * (1 + 1e-6)
+    assert "GraphVeil demo (node classification, paper 4's GDP methods): NodeGraph('owner', nodes=300" in printed
+    assert (out / "table.md").read_text().startswith("node classification on graph 'owner'")

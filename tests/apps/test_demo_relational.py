@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -24,7 +25,8 @@ def by_key(configs):
 def test_default_rows_and_settings_match_the_cli() -> None:
     parser = build_parser()
     action = next(a for a in parser._subparsers._group_actions[0].choices["demo"]._actions if a.dest == "setting")
-    assert set(action.choices) == set(demo.SETTINGS) and action.default == demo.DEFAULT_SETTING
+    assert set(action.choices) == set(demo.SETTINGS) and action.default is None  # None: picked by the graph
+    assert set(demo.READS) == set(demo.SETTINGS)
     rows = by_key(demo.demo_configs(progress=False))
     assert rows["base"].training.steps == 0 and rows["nonprivate"].training.steps > 0
     assert rows["base"].encoder.name == "frozen_head" and rows["base"].data.source == "planetoid"
@@ -82,8 +84,8 @@ def test_a_bad_set_exits_2_before_any_row_runs(tmp_path: Path, monkeypatch, caps
     monkeypatch.setattr(comparison, "run_training", lambda *a, **k: pytest.fail("a row ran"))
     assert main(["demo", "--set", "encoder.nope=1", "--output", str(tmp_path / "out")]) == 2
     assert "nope" in capsys.readouterr().err and not (tmp_path / "out").exists()
-    assert main(["demo", "--task", "node", "--set", "training.lr=1", "--output", str(tmp_path / "o")]) == 2
-    assert "relational demo only" in capsys.readouterr().err
+    assert main(["demo", "--task", "node", "--setting", "cora-features", "--output", str(tmp_path / "o")]) == 2
+    assert "relational demo's encoder" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
 def test_paired_fields_and_gain_kept() -> None:
@@ -157,5 +159,62 @@ def test_the_table_runs_on_a_users_graph_with_set(tmp_path: Path, capsys) -> Non
         assert ("gain_kept" in r) == private
     table = (out / "table.md").read_text()
     assert "with --set data.source=edge_list" in table
+    # no --setting: the text graph picked the text setting (MiniLM + LoRA's encoder), and said so
+    picked = "citeseer-minilm-lora (picked for graph 'edges': entity texts, no features)"
+    assert f"demo setting: {picked}" in printed
+    assert "GraphVeil demo (relational, citeseer-minilm-lora)" in printed
+    assert "Setting citeseer-minilm-lora: picked for graph 'edges'" in table.splitlines()[-1]
+    assert all(yaml.safe_load((out / key / "config.resolved.yaml").read_text())["encoder"]["name"]
+               == "hf_lora" for key in KEYS)
     assert "Cora" not in table.splitlines()[0]  # the caption does not name the bundled graph it replaced
     assert "ΔMRR vs base" in printed
+
+
+def _no_row_may_run(monkeypatch) -> None:
+    monkeypatch.setattr(comparison, "run_training", lambda *a, **k: pytest.fail("a row ran"))
+
+
+def test_a_setting_that_does_not_fit_the_graph_exits_2_before_any_row(tmp_path: Path, monkeypatch,
+                                                                       capsys) -> None:
+    """An explicit --setting whose encoder reads what the graph lacks: refused naming what the
+    graph has, before any row runs, and no demo folder (nor its .partial) is left."""
+    _no_row_may_run(monkeypatch)
+    edges, entities = write_user_graph(tmp_path)
+    sets = ["data.source=edge_list", f"data.path={edges}", f"data.entities={entities}",
+            "data.source_col=a", "data.target_col=b", "data.text_col=title"]
+    out = tmp_path / "out"
+    argv = ["demo", "--setting", "cora-features", "--output", str(out)]
+    assert main([*argv, *(f"--set={s}" for s in sets)]) == 2
+    err = capsys.readouterr().err
+    assert "demo --setting cora-features: its encoder (frozen_head, model 'features') reads entity features" in err
+    assert "graph 'edges' has entity texts, no features; use --setting citeseer-minilm-lora" in err
+    # bundled Cora has features and no texts: the text setting does not fit it
+    assert main(["demo", "--setting", "citeseer-minilm-lora", "--output", str(out),
+                 "--set", "data.source=planetoid", "--set", "data.name=cora"]) == 2
+    assert "reads entity texts, but graph 'cora' has entity features, no texts" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edges.csv", "entities.csv"]
+
+
+def test_the_setting_is_picked_by_what_the_entities_carry() -> None:
+    def graph(texts, features):
+        return SimpleNamespace(name="g", texts=texts, features=features)
+
+    x = torch.ones(2, 3)
+    assert demo.pick_setting(graph(None, x))[0] == "cora-features"
+    assert demo.pick_setting(graph(["a", "b"], x)) == (
+        "cora-features", "picked for graph 'g': entity texts and features")
+    assert demo.pick_setting(graph(["a", "b"], None)) == (
+        "citeseer-minilm-lora", "picked for graph 'g': entity texts, no features")
+    with pytest.raises(ConfigError, match="'g' has neither entity texts nor entity features"):
+        demo.pick_setting(graph(None, None))
+
+
+def test_a_missing_file_exits_2_and_writes_nothing(tmp_path: Path, monkeypatch, capsys) -> None:
+    _no_row_may_run(monkeypatch)
+    _, entities = write_user_graph(tmp_path)
+    missing = tmp_path / "nope.csv"
+    assert main(["demo", "--output", str(tmp_path / "out"), "--set", "data.source=edge_list",
+                 "--set", f"data.path={missing}", "--set", f"data.entities={entities}",
+                 "--set", "data.text_col=title"]) == 2
+    assert str(missing) in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edges.csv", "entities.csv"]

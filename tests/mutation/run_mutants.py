@@ -56,6 +56,30 @@ class Mutant:
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
+        "demo-setting-pick", "the relational demo's choice of the text setting for a graph with texts only",
+        (("framework/graphveil/apps/demo.py",
+          "    if graph.features is not None:\n        return \"cora-features\"",
+          "    if True:  # MUTANT\n        return \"cora-features\""),),
+    ),
+    Mutant(
+        "demo-setting-fit", "the refusal of a demo --setting whose encoder reads what the graph lacks",
+        (("framework/graphveil/apps/demo.py",
+          "        if getattr(graph, reads) is None:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "demo-node-degree-bound", "the node demo's refusal, before any row, of a graph above the rows' D",
+        (("framework/graphveil/apps/demo_node.py",
+          "             and unit.degree_bound is not None and unit.degree_bound < largest]",
+          "             and False]  # MUTANT"),),
+    ),
+    Mutant(
+        "demo-node-train-classes", "the node demo's refusal of a split training on fewer than two classes",
+        (("framework/graphveil/apps/demo_node.py",
+          "    if classes < 2:\n",
+          "    if False:  # MUTANT\n"),),
+    ),
+    Mutant(
         "clip-factors", "per-tuple clipping (factors forced to 1 in the DP step)",
         (("framework/graphveil/engine/dp_step.py",
           "        factors = torch.where(bad, 0.0, factors)\n",

@@ -114,19 +114,25 @@ def build_parser(host: PluginHost | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("demo", help="compare private and non-private methods on data shipped in the package")
+    p = sub.add_parser("demo", help="compare private and non-private methods on bundled data or your own graph")
     p.add_argument("--task", choices=["relational", "node"], default="relational",
-                   help="relational (default): base / non-private / entity-DP / edge-DP on a bundled "
-                        "graph (--setting); node: paper 4's GDP methods (MLP, GAP, DPDGC) on bundled Cora")
+                   help="relational (default): base / non-private / entity-DP / edge-DP relation prediction "
+                        "(--setting); node: paper 4's GDP methods (MLP, GAP, DPDGC, DP-SAGE) on node "
+                        "classification. Both run on bundled data, or on your graph with --set data.…")
     p.add_argument("--quick", action="store_true", help="a few steps per row on a small graph (smoke test)")
     p.add_argument("--output", help="folder for the demo's runs and results (default: runs/demo[-node]-<timestamp>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field in every relational row, as for run, e.g. "
-                        "--set data.source=edge_list --set data.path=edges.csv (repeatable)")
-    p.add_argument("--setting", default="cora-features", choices=["cora-features", "citeseer-minilm-lora"],
-                   help="relational demo: cora-features (default: a weight per word of bundled Cora's bag of "
-                        "words) or citeseer-minilm-lora (MiniLM + LoRA on bundled CiteSeer text)")
+                   help="override a config field in every row, as for run (repeatable), e.g. your graph: "
+                        "--set data.source=edge_list --set data.path=edges.csv --set data.entities=nodes.csv; "
+                        "node demo: --set data.source=pyg --set data.path=graph.pt (a Data with x and y), or "
+                        "edge_list/parquet/sql with data.feature_cols (or features_col, features_table) and "
+                        "data.label_col")
+    p.add_argument("--setting", default=None, choices=["cora-features", "citeseer-minilm-lora"],
+                   help="relational demo's encoder: cora-features (a weight per entity feature; bundled "
+                        "Cora's bag of words) or citeseer-minilm-lora (MiniLM + LoRA on entity texts; bundled "
+                        "CiteSeer). Default: picked by the graph (features: cora-features; texts only: "
+                        "citeseer-minilm-lora), and said in the output")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("plugins", help="list every registered component with its plugin")

@@ -21,22 +21,28 @@ from graphveil.run.runner import run_training
 Columns = list[tuple[str, str, str]]
 
 
-def run_comparison(title: str, build: Callable[[Path], Sequence[tuple[str, RunConfig]]], *,
+def run_comparison(title: str | Callable[[], str],
+                   build: Callable[[Path], Sequence[tuple[str, RunConfig]]], *,
                    output: Path | None, default_name: str, load: Callable[[RunConfig], Any],
-                   columns: Callable[[dict[str, Any]], Columns], caption: str,
+                   columns: Callable[[dict[str, Any]], Columns], caption: str | Callable[[], str],
                    row_extra: Callable[[int, RunConfig], Mapping[str, Any]] | None = None,
                    records_store: Any = None, notes: Sequence[str] = (),
                    row_result: Callable[[int, RunConfig, dict[str, Any]], Mapping[str, Any]] | None = None,
                    ) -> list[dict[str, Any]]:
     """Run a demo's rows one after the other on one graph, then write its results and tables.
 
+    :param title: printed with the graph before the rows run; a callable is asked after ``build``
+        and ``load`` (a title naming what they chose).
     :param build: the ``(label, config)`` rows, given the folder their run directories go in.
     :param load: loads the graph every row shares (from the first row's config).
     :param columns: the table's columns, given the last row's :func:`run_training` result.
     :param row_extra: fields added to row ``i``'s result (e.g. what was shortened).
     :param row_result: fields added to row ``i``'s result, given its :func:`run_training` result
         (e.g. the paired comparison with an earlier row).
-    :param notes: lines printed under the table and written below ``table.md``.
+    :param caption: the table's caption (printed and atop ``table.md``); a callable is asked
+        after ``build`` and ``load``, as ``title``.
+    :param notes: lines printed under the table and written below ``table.md`` (read once the rows
+        have run: ``build`` may add to a list it was given).
     :raises FileExistsError: if ``output`` exists (nothing is run).
     """
     root = Path(output) if output else RunDirectory.default_for(default_name)
@@ -47,6 +53,7 @@ def run_comparison(title: str, build: Callable[[Path], Sequence[tuple[str, RunCo
     try:
         configs = build(out.path)
         graph = load(configs[0][1])
+        title, caption = (text() if callable(text) else text for text in (title, caption))
         print(f"{title}: {graph!r}; {len(configs)} runs", flush=True)
         rows, last = [], None
         for i, (label, cfg) in enumerate(configs):

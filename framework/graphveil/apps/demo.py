@@ -3,7 +3,8 @@
 Two tasks share the run loop, the output folder and the tables of this module:
 
 - ``--task relational`` (default): zero-shot relation prediction on held-out entities (below).
-- ``--task node``: paper 4's GDP methods on bundled Cora (:mod:`graphveil.apps.demo_node`).
+- ``--task node``: paper 4's GDP methods on bundled Cora or the owner's node graph
+  (:mod:`graphveil.apps.demo_node`).
 
 Relational rows: the base encoder without fine-tuning, non-private fine-tuning, entity-level DP
 with standard clipping and with FREQ-CLIP, and edge-level DP, all at the same ε target, on the
@@ -14,12 +15,16 @@ paired-bootstrap interval over those relations, and the private rows the share o
 non-private MRR gain they keep. The sampling seed is left unset (fresh OS entropy per run) and
 DP noise comes from the OS CSPRNG, so two demo runs differ in their batches and noise.
 
-Settings (``--setting``, :data:`SETTINGS`): ``cora-features`` (default) trains a weight per
+Settings (``--setting``, :data:`SETTINGS`): ``cora-features`` trains a weight per
 word (encoder ``frozen_head``, ``head: diagonal``, the identity at step 0) on bundled Cora's
 bag-of-words vectors, where relations teach which shared words matter; ``citeseer-minilm-lora`` is the
 first demo, MiniLM + LoRA on bundled CiteSeer text, which has no headroom (README). ``--set
 KEY=VALUE`` overrides apply to every row (:func:`demo_configs`), so the same table runs on a
-user's graph.
+user's graph. Without ``--setting`` the graph (loaded once, before any row runs) picks the
+setting whose encoder reads what its entities carry (:func:`pick_setting`: features →
+``cora-features``, texts only → ``citeseer-minilm-lora``); the choice and why are printed and
+written under the table. A ``--setting`` whose encoder reads what the graph lacks is refused
+before any row runs, naming what the graph has (:func:`fit_setting`).
 
 A demo's folder is written under ``<output>.partial`` and renamed when every row has finished
 (each row's run directory, ``results.jsonl``, ``table.txt``, ``table.md``); a failed or
@@ -29,6 +34,7 @@ interrupted demo leaves nothing behind.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +51,8 @@ from graphveil.run.config import (
 )
 from graphveil.run.records_store import MemoryRecordsStore
 from graphveil.run.runner import TAIL_COLUMNS
+
+log = logging.getLogger(__name__)
 
 TARGET_EPSILON = 10.0
 
@@ -232,26 +240,40 @@ def paired_row_fields(key: str, ranks: Any, base_ranks: Any, nonprivate_gain: fl
 
 def run_demo(quick: bool = False, output: Path | None = None, progress: bool = True,
              task: str = "relational", overrides: Sequence[str] = (),
-             setting: str = DEFAULT_SETTING) -> list[dict[str, Any]]:
-    """Run one demo: ``task`` is ``relational`` (this module's rows) or ``node`` (bundled Cora).
+             setting: str | None = None) -> list[dict[str, Any]]:
+    """Run one demo: ``task`` is ``relational`` (this module's rows) or ``node`` (paper 4's GDP
+    rows, :mod:`graphveil.apps.demo_node`), on the bundled graph or the one ``--set data.…`` names.
 
-    :param overrides: ``--set KEY=VALUE`` texts applied to every relational row.
-    :param setting: the relational demo's setting (:data:`SETTINGS`).
+    :param overrides: ``--set KEY=VALUE`` texts applied to every row.
+    :param setting: the relational demo's setting (:data:`SETTINGS`); ``None``: picked for the
+        graph (:func:`pick_setting`), which is loaded once, before any row runs.
+    :raises ConfigError: for a setting that does not fit the graph (naming what the graph has),
+        before any row runs; nothing is written.
     """
     if task == "node":
-        if overrides:
-            raise ConfigError("demo --set: applies to the relational demo only (--task relational)")
+        if setting is not None:
+            raise ConfigError("demo --setting: chooses the relational demo's encoder (--task relational); "
+                              "the node demo's rows are fixed")
         from graphveil.apps.demo_node import run_node_demo
 
-        return run_node_demo(quick=quick, output=output, progress=progress)
+        return run_node_demo(quick=quick, output=output, progress=progress, overrides=overrides)
     if task != "relational":
         raise ValueError(f"unknown demo task {task!r}; choose 'relational' or 'node'")
-    from graphveil.data import load_graph
-
+    if setting is not None and setting not in SETTINGS:
+        raise ConfigError(f"demo --setting {setting!r}: choose one of {', '.join(SETTINGS)}")
     records = MemoryRecordsStore()  # the entity-level rows share one degree-capped Ē, drawn once
     keys = [key for key, _, _ in ROWS]
     ranks: dict[str, Any] = {}
     gains: dict[str, float] = {}
+    chosen: dict[str, Any] = {}
+    notes: list[str] = []
+
+    def build(root: Path) -> list[tuple[str, RunConfig]]:
+        name, graph, configs, why = fit_setting(setting, quick, root, progress, overrides)
+        chosen.update(name=name, graph=graph)
+        print(f"demo setting: {name} ({why})", flush=True)
+        notes.append(f"Setting {name}: {why}.")
+        return configs
 
     def paired(i: int, cfg: RunConfig, result: dict[str, Any]) -> dict[str, Any]:
         key, task_ = keys[i], result["session"].task
@@ -267,15 +289,80 @@ def run_demo(quick: bool = False, output: Path | None = None, progress: bool = T
             fields["epsilon"] = None  # the public model, trained on nothing: no mechanism ran, "-"
         return fields
 
-    if setting not in SETTINGS:
-        raise ConfigError(f"demo --setting {setting!r}: choose one of {', '.join(SETTINGS)}")
-    name = "demo" if setting == DEFAULT_SETTING else f"demo-{setting}"
+    name = "demo" if setting in (None, DEFAULT_SETTING) else f"demo-{setting}"
     return run_comparison(
-        f"GraphVeil demo (relational, {setting})",
-        lambda root: demo_configs(quick, root, progress, overrides=overrides, setting=setting),
+        lambda: f"GraphVeil demo (relational, {chosen['name']})", build,
         output=output, default_name=f"{name}-quick" if quick else name,
-        load=lambda cfg: load_graph(cfg.data), columns=lambda _result: RELATIONAL_COLUMNS,
-        records_store=records, caption=demo_caption(setting, overrides), row_result=paired)
+        load=lambda _cfg: chosen["graph"], columns=lambda _result: RELATIONAL_COLUMNS,
+        records_store=records, caption=lambda: demo_caption(chosen["name"], list(overrides)),
+        row_result=paired, notes=notes)
+
+
+#: What each setting's encoder reads from the entities: ``features`` or ``texts``.
+READS = {"cora-features": "features", "citeseer-minilm-lora": "texts"}
+
+
+def graph_has(graph: Any) -> str:
+    """What a relational graph's entities carry, for messages: ``entity texts and features``, …"""
+    kinds = [k for k, v in (("texts", graph.texts), ("features", graph.features)) if v is not None]
+    if not kinds:
+        return "neither entity texts nor entity features"
+    return "entity " + " and ".join(kinds) + ("" if len(kinds) == 2 else
+                                             f", no {'features' if kinds == ['texts'] else 'texts'}")
+
+
+def pick_setting(graph: Any) -> tuple[str, str]:
+    """The setting whose encoder reads what ``graph`` has: features → ``cora-features`` (a weight
+    per feature), texts and no features → ``citeseer-minilm-lora`` (MiniLM + LoRA), and why.
+
+    :raises ConfigError: if the entities carry neither.
+    """
+    has = graph_has(graph)
+    if graph.features is not None:
+        return "cora-features", f"picked for graph {graph.name!r}: {has}"
+    if graph.texts is not None:
+        return "citeseer-minilm-lora", f"picked for graph {graph.name!r}: {has}"
+    raise ConfigError(f"demo: graph {graph.name!r} has {has}; the relational demo's encoders read one "
+                      f"of them (data.text_col for texts; data.features_col, data.feature_cols or "
+                      f"data.features_table for features)")
+
+
+def encoder_reads(cfg: RunConfig) -> str:
+    """``features`` if the row's encoder reads entity features (``encoder.model: features``),
+    else ``texts`` (a text model)."""
+    return "features" if cfg.network.params.get("model") == "features" else "texts"
+
+
+def fit_setting(setting: str | None, quick: bool, root: Path | None, progress: bool,
+                overrides: Sequence[str]) -> tuple[str, Any, list[tuple[str, RunConfig]], str]:
+    """``(setting, graph, rows, why)``: the graph the rows read, loaded once, and the rows of
+    ``setting`` or (``None``) of the setting :func:`pick_setting` picks for it.
+
+    :raises ConfigError: if a row's encoder reads what the graph lacks (naming the setting, the
+        encoder and what the graph has), before any row runs.
+    """
+    from graphveil.data import load_graph
+
+    first = setting or DEFAULT_SETTING
+    configs = demo_configs(quick, root, progress, overrides=overrides, setting=first)
+    data = configs[0][1].data
+    graph = load_graph(data)
+    name, why = (setting, "chosen with --setting") if setting else pick_setting(graph)
+    log.info("demo setting: %s (%s)", name, why)
+    if name != first:
+        configs = demo_configs(quick, root, progress, overrides=overrides, setting=name)
+        if configs[0][1].data != data:  # same under --set data.source; else the setting's own graph
+            graph = load_graph(configs[0][1].data)
+    for _, cfg in configs:
+        reads = encoder_reads(cfg)
+        if getattr(graph, reads) is None:
+            other = next(s for s, r in READS.items() if r != reads)
+            what = f"demo --setting {name}" if setting else f"demo setting {name} ({why})"
+            raise ConfigError(
+                f"{what}: its encoder ({cfg.network.name}, model {cfg.network.params.get('model')!r}) "
+                f"reads entity {reads}, but graph {graph.name!r} has {graph_has(graph)}; use --setting "
+                f"{other}, or leave --setting out to pick by the graph")
+    return name, graph, configs, why
 
 
 def demo_caption(setting: str, overrides: list[str] | None) -> str:

@@ -1,5 +1,10 @@
 """``graphveil demo --task node``: paper 4's GDP methods on the bundled Cora, in minutes.
 
+``--set data.…`` runs the same rows on the owner's node graph (a ``pyg`` Data with ``x`` and
+``y``; ``edge_list`` / ``parquet`` / ``sql`` with feature columns and ``data.label_col``): the
+rows' ``random_node`` split needs no masks, and the graph is checked once before any row runs
+(:func:`check_node_graph`).
+
 Rows are ``bench/gdp.py``'s Table 2 rows (same example configs, same overrides: units, dropout,
 DPDGC's ``noise_scale``), each run once as that benchmark's seed-0 cell
 (:func:`~graphveil.run.runner.sweep_cell`: seed 0 sets sampling, the split key and initialisation),
@@ -12,12 +17,19 @@ says so, and σ is calibrated to the shorter run (same ε). One row is one line 
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graphveil.run.config import RunConfig, apply_overrides, config_from_dict
+import torch
+
+from graphveil.apps.demo import DATA_KEYS
+from graphveil.contract.errors import ConfigError, DataError
+from graphveil.contract.units import PrivacyUnit, UnitKind
+from graphveil.run.config import RunConfig, apply_overrides, config_from_dict, parse_override
 from graphveil.run.runner import planned_unit, sweep_cell
+from graphveil.run.session import TrainingSession
 
 _SPLIT = {"kind": "random_node", "val_fraction": 0.1, "test_fraction": 0.15, "seed": 0}
 _DATA = {"source": "planetoid", "name": "cora", "split": _SPLIT}
@@ -152,32 +164,106 @@ def changes_text(changes: list[str], raw: dict[str, Any]) -> str:
     return "; ".join(f"{' + '.join(stages)}: {text}" for text, stages in groups.items()) or "–"
 
 
+def with_overrides(raw: dict[str, Any], overrides: Sequence[str], reached: dict[str, int]) -> None:
+    """Apply the ``--set`` texts to one row's ``raw`` config where their section exists (a
+    ``method.…`` reaches the GAP and DPDGC rows, not the MLP's), counting the rows each reached.
+    ``data.source`` drops the bundled source's own options (planetoid's ``name``) first."""
+    if any(parse_override(text)[0] == ["data", "source"] for text in overrides):
+        raw["data"] = {k: v for k, v in raw["data"].items() if k in DATA_KEYS}
+    for text in overrides:
+        if _applies(raw, text):
+            apply_overrides(raw, [text])
+            reached[text] += 1
+
+
 def node_demo_configs(quick: bool = False, root: Path | None = None, progress: bool = True,
-                      host: Any = None) -> list[tuple[str, RunConfig, str]]:
+                      host: Any = None, overrides: Sequence[str] = ()) -> list[tuple[str, RunConfig, str]]:
     """``(label, config, changes)`` of every row, in table order.
 
     The third item names the demo's changes to the benchmark's cell (or ``quick``).
+
+    :param overrides: ``--set KEY=VALUE`` texts, applied to every row whose config has the
+        section (:func:`with_overrides`) after the demo's own changes, e.g. ``data.source=pyg``.
+    :raises ConfigError: for a malformed override, one that reaches no row, or a row config it
+        made invalid (naming the row), before any row runs.
     """
     from graphveil.contract.host import default_host
 
     host = host or default_host()
+    for text in overrides:
+        parse_override(text)  # a malformed one is refused before any row is built
+    reached = dict.fromkeys(overrides, 0)
     out = []
     for row in ROWS:
         bench = apply_overrides(copy.deepcopy(row.base), list(row.overrides))
         changes = [o for o in QUICK if _applies(bench, o)] if quick else row.changes
         raw = apply_overrides(copy.deepcopy(bench), changes)
+        with_overrides(raw, overrides, reached)
         raw["name"] = row.key
-        cfg = sweep_cell(config_from_dict(raw, f"demo:{row.key}"), row.epsilon, SEED,
-                         root or Path("."), host)
+        where = f"demo row {row.label!r}"
+        cfg = sweep_cell(config_from_dict(raw, where), row.epsilon, SEED, root or Path("."), host)
         cfg.name = row.key
         cfg.output.progress = progress
         cfg.output.dir = root / row.key if root else None
+        if overrides:  # a bad component option is refused now, not after the rows before it ran
+            try:
+                TrainingSession(cfg, host=host).assemble()
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc}") from exc
         out.append((row.label, cfg, "quick: 1 epoch per stage" if quick else changes_text(row.changes, bench)))
+    unused = [text for text, count in reached.items() if count == 0]
+    if unused:
+        raise ConfigError(f"demo --task node --set {unused[0]!r}: no row has that section")
     return out
 
 
-def run_node_demo(quick: bool = False, output: Path | None = None, progress: bool = True) -> list[dict[str, Any]]:
-    """Run :data:`ROWS` on the bundled Cora; results, ``table.txt`` and ``table.md`` in ``output``."""
+def check_node_graph(graph: Any, cfg: RunConfig, units: Sequence[tuple[str, str]] = ()) -> None:
+    """The node demo's graph: node features and labels, with a split (``cfg.data.split``) whose
+    training side holds at least two classes, and (node-level rows, ``units``: (row label, unit))
+    no node of out-degree above the row's D; checked once, before any row runs.
+
+    :raises ConfigError: for a graph without node features and labels (naming the options that
+        give them).
+    :raises DataError: for too few labelled nodes or classes (naming the graph and the counts),
+        or a node-level row's D below the graph's largest out-degree (naming the rows).
+    """
+    from graphveil.data import NodeGraph, planetoid_full_split, random_node_split
+
+    if not isinstance(graph, NodeGraph):
+        raise ConfigError(
+            f"demo --task node: data.source {cfg.data.source!r} gave a relational graph ({graph!r}), "
+            f"not a node graph; node classification needs node features and labels: a pyg Data with "
+            f"x and y, or data.features_col / data.feature_cols / data.features_table with data.label_col")
+    split = cfg.data.split
+    if split.kind == "planetoid_full":
+        sides = planetoid_full_split(graph)
+    else:
+        sides = random_node_split(graph, split.val_fraction, split.test_fraction, split.seed)
+    classes = torch.unique(graph.y[sides.train]).numel()
+    if classes < 2:
+        raise DataError(
+            f"demo --task node: graph {graph.name!r} has {int(graph.labelled.sum())} labelled nodes; "
+            f"the {split.kind} split trains on {sides.train.numel()} of them, of {classes} class "
+            f"(node classification needs at least two); label more nodes")
+    # paper 4's node-level guarantee holds between graphs of out-degree <= D; the GDP methods
+    # refuse a larger one when their row starts: say so before the first row runs
+    largest = int(graph.degrees().max()) if graph.num_nodes else 0
+    above = [(label, unit) for label, text in units
+             if (unit := PrivacyUnit.parse(text)).kind is UnitKind.NODE
+             and unit.degree_bound is not None and unit.degree_bound < largest]
+    if above:
+        raise DataError(
+            f"demo --task node: graph {graph.name!r} has nodes of out-degree up to {largest}, above the "
+            f"degree bound of the node-level rows {', '.join(repr(label) for label, _ in above)} "
+            f"(D={above[0][1].degree_bound}, bench/gdp.py's bound for Cora); paper 4's node-level "
+            f"guarantee holds between graphs of out-degree <= D: cap the degrees in your data, or run "
+            f"those methods alone with graphveil run and privacy.unit node/replacement/D=<D>/predictions")
+
+
+def run_node_demo(quick: bool = False, output: Path | None = None, progress: bool = True,
+                  overrides: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Run :data:`ROWS` on the bundled Cora, or the graph ``overrides`` name (``--set data.…``);
+    results, ``table.txt`` and ``table.md`` in ``output``."""
     from graphveil.apps.comparison import run_comparison
     from graphveil.contract.host import default_host
     from graphveil.data import load_data
@@ -185,20 +271,33 @@ def run_node_demo(quick: bool = False, output: Path | None = None, progress: boo
     host = default_host()
     changes: list[str] = []
     units: list[str] = []
+    names: list[str] = []
 
     def build(root: Path) -> list[tuple[str, RunConfig]]:
-        configs = node_demo_configs(quick, root, progress, host)
+        configs = node_demo_configs(quick, root, progress, host, overrides)
         changes.extend(text for _, _, text in configs)
         # every row states its guarantee: the unit its privacy.json reports (– without privacy)
         units.extend(planned_unit(cfg, host) or "–" for _, cfg, _ in configs)
         return [(label, cfg) for label, cfg, _ in configs]
 
+    def load(cfg: RunConfig) -> Any:
+        graph = load_data(cfg.data, host)
+        check_node_graph(graph, cfg, [(row.label, unit) for row, unit in zip(ROWS, units, strict=True)
+                                      if unit != "–"])
+        names.append(graph.name)
+        return graph
+
+    def caption() -> str:
+        on = "bundled Cora" if not overrides else f"graph {names[0]!r}"
+        sets = " — with --set " + " ".join(overrides) if overrides else ""
+        return f"node classification on {on}, test accuracy on one keyed split (seed 0){sets}"
+
     return run_comparison(
         "GraphVeil demo (node classification, paper 4's GDP methods)", build,
         output=output, default_name="demo-node-quick" if quick else "demo-node",
-        load=lambda cfg: load_data(cfg.data, host), columns=lambda _result: COLUMNS,
+        load=load, columns=lambda _result: COLUMNS,
         row_extra=lambda i, _cfg: {"unit": units[i], "changes": changes[i]},
-        caption="node classification on bundled Cora, test accuracy on one keyed split (seed 0)",
+        caption=caption,
         notes=["Rows are bench/gdp.py's (paper 4, Table 2) seed-0 cells; σ is calibrated to each "
                "row's own number of steps.",
                "Majority class: share of test nodes in the training set's most frequent class."])
