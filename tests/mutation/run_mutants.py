@@ -124,13 +124,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "ledger-reserve", "the ledger reservation before training (reserve only after the steps ran)",
         (("connectors/graphveil/connectors/flower/site.py",
-          "    reservation = _reserve(ledger, session, site, sigma=sigma, delta=delta, steps=local_steps,\n"
+          "    reservation = _reserve(ledger, accountant, site, sigma=sigma, delta=delta, steps=local_steps,\n"
           "                           run=str(context.run_id), server_round=server_round)\n",
           "    reservation = None  # MUTANT: no reservation before training\n"),
          ("connectors/graphveil/connectors/flower/site.py",
           "        session.train(local_steps, schedule_start=(server_round - 1) * local_steps)\n",
           "        session.train(local_steps, schedule_start=(server_round - 1) * local_steps)\n"
-          "        reservation = _reserve(ledger, session, site, sigma=sigma, delta=delta, steps=local_steps,  # MUTANT\n"
+          "        reservation = _reserve(ledger, accountant, site, sigma=sigma, delta=delta, steps=local_steps,  # MUTANT\n"
           "                               run=str(context.run_id), server_round=server_round)\n")),
         note="targets the issue-6 code (re-checked when it landed)",
         tags=("in-flux",),
@@ -904,7 +904,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "site-sampler-keys", "the site's own min-records / degree-cap in the run config",
         (("connectors/graphveil/connectors/flower/settings.py",
-          "        sampler.update(_SITE_SAMPLER_KEYS[site.privacy_unit](site))\n",
+          "        sampler.update(site_sampler_keys(site))\n",
           "        pass  # MUTANT: the task's sampler options stand\n"),),
     ),
     Mutant(
