@@ -1002,6 +1002,61 @@ MUTANTS: tuple[Mutant, ...] = (
           "        if False:  # MUTANT: a flag does not stick\n            return ("),),
     ),
     Mutant(
+        "policy-task-kind", "a node-classification site's refusal of a relational task (and the reverse)",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "    _check_task_kind(site, config, host, where)\n",
+          "    pass  # MUTANT: any task kind\n"),),
+    ),
+    Mutant(
+        "policy-gdp-another-unit", "the refusal of a task unit with add/remove adjacency or weights only",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "        if theirs.adjacency is not Adjacency.REPLACEMENT or not theirs.protects_predictions:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-gdp-weaker", "the refusal of a task at a weaker GDP level than the site's (or a smaller k)",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "        if rank(theirs.kind.value) < rank(mine.kind.value) or (\n",
+          "        if False and (  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-gdp-larger-d", "the refusal of a task asking a larger degree bound D than the site's",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "            if theirs.degree_bound > mine.degree_bound:\n",
+          "            if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-gdp-smaller-d", "the refusal of a smaller D (a graph above it would be refused after reading)",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "            if theirs.degree_bound < mine.degree_bound:\n",
+          "            if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-gdp-no-site-d", "the refusal of a D at a site that sets no degree-bound",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "        if theirs.degree_bound is not None and mine.degree_bound is None:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-gdp-components", "the check that sampler, clipper and accountant analyse the site's GDP unit",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "        if accepts is None or not accepts(mine):\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "site-gdp-unit", "the site's own GDP unit (with D) in a node-classification site's run config",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "        privacy[\"unit\"] = site.gdp_unit.value\n",
+          "        pass  # MUTANT: the task's unit stands\n"),),
+    ),
+    Mutant(
+        "site-round-reservation", "the reservation of a GAP round's releases with its steps (steps only)",
+        (("connectors/graphveil/connectors/flower/site.py",
+          "    accountant = (_RoundCurve(session.accountant, session.planned_rdp(local_steps), local_steps)\n"
+          "                  if releases else session.accountant)\n",
+          "    accountant = session.accountant  # MUTANT: the releases are not reserved\n"),),
+    ),
+    Mutant(
         "witness-server-reject", "the server's refusal to aggregate an update whose ledger went backwards or forked",
         (("connectors/graphveil/connectors/flower/strategy.py",
           '            if entry["status"] == records.TRAINED:\n'

@@ -80,7 +80,7 @@ CASES = [
      _run(NODE_TASK_RUN_CONFIG, {"task.privacy.unit": "k_neighbor/replacement/k=5/D=10/predictions"}),
      "sets no degree-bound"),
     ("a component of another unit", {}, _run(NODE_TASK_RUN_CONFIG, {"task.accountant.name": "split_rdp"}),
-     "task.accountant.name"),
+     "task.accountant.name: accountant 'split_rdp' (graph/replacement-level) does not analyse"),
     ("an accountant the site does not accept", {"accountants": "rooted_rdp"}, NODE_TASK_RUN_CONFIG, "accountants"),
     ("σ below the floor", {"min-noise-multiplier": 2.0}, NODE_TASK_RUN_CONFIG, "min-noise-multiplier"),
     ("σ calibrated to ε", {}, _run(NODE_TASK_RUN_CONFIG, {"task.privacy.noise_multiplier": None,
