@@ -275,3 +275,41 @@ def test_without_a_global_model_the_first_is_the_step_weighted_mean_of_the_repli
     np.testing.assert_allclose(arrays["b"].numpy(), np.full(3, 0.25))
     assert arrays["w"].numpy().dtype == np.float32
     assert metrics["sites-trained"] == 2 and metrics["sites-failed"] == 1
+
+
+#: DP-SAGE (paper 4's baseline, Daigavane et al.): GraphSAGE on rooted subgraphs, rooted_rdp
+#: charging the hypergeometric count of the G = 1 + 2D examples one node reaches (D = 168 here:
+#: a large σ keeps one round within a test budget).
+DP_SAGE_RUN_CONFIG = {
+    **{k: v for k, v in NODE_TASK_RUN_CONFIG.items() if not k.startswith("task.model.")},
+    "task.task.name": "rooted_node_classification", "task.task.predictions": "released:dp_sage_outputs",
+    "task.method.name": "dp_sage", "task.model.name": "sage", "task.model.hidden": 16, "task.model.layers": 1,
+    "task.sampler.name": "root_subgraphs", "task.sampler.num_hops": 1, "task.accountant.name": "rooted_rdp",
+    "task.privacy.noise_multiplier": 40.0,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("flower_task")
+def test_a_dp_sage_round_shares_the_sage_weights_and_accounts_its_rooted_steps(tmp_path: Path) -> None:
+    """Its output perturbation is a release after training (evaluation): not part of a round."""
+    from graphveil.plugins.gdp.rooted_accountant import RootedRdpAccountant
+
+    torch.set_num_threads(1)
+    part = write_cora_sites(tmp_path / "data")[2]
+    cfg = init_site_ledger(_site(tmp_path, **{"data-path": str(part), "site-name": "clinic-c"}))
+    built, factory = _sessions()
+    reply = handle_train(records.train_content(records.ArrayRecord(), 1, 3),
+                         site_context(7, cfg, DP_SAGE_RUN_CONFIG), session_factory=factory)
+    assert dict(reply.config_records[records.SITE])["status"] == records.TRAINED
+    assert {k.split(".")[0] for k in reply.array_records[records.ARRAYS]} == {"convs"}
+    (session,) = built
+    assert isinstance(session.accountant, RootedRdpAccountant) and not session.accountant.events_rdp().any()
+    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+        (entry,) = ledger.entries()
+        assert entry.status == "released" and entry.note == "" and entry.steps == 3
+        fresh = session.accountant.__class__(session.accountant.params)  # the same analysis, 3 steps at once
+        fresh.unit = session.accountant.unit
+        fresh.bind(session.sampling_profile, session.clipper.profile)
+        fresh.step(noise_multiplier=40.0, num_steps=3)
+        assert ledger.spent_epsilon() == pytest.approx(fresh.get_epsilon(1e-4), rel=1e-9)
