@@ -1057,6 +1057,12 @@ MUTANTS: tuple[Mutant, ...] = (
           "    accountant = session.accountant  # MUTANT: the releases are not reserved\n"),),
     ),
     Mutant(
+        "site-releases-after-reservation", "a GAP round's releases computed after its reservation (before it)",
+        (("connectors/graphveil/connectors/flower/site.py",
+          "        if not releases:  # nothing is released before training: prepare in full, as before\n",
+          "        if True:  # MUTANT: the releases run before the reservation\n"),),
+    ),
+    Mutant(
         "witness-server-reject", "the server's refusal to aggregate an update whose ledger went backwards or forked",
         (("connectors/graphveil/connectors/flower/strategy.py",
           '            if entry["status"] == records.TRAINED:\n'

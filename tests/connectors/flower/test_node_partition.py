@@ -33,6 +33,7 @@ def test_cora_parts_load_back_weights_only_with_every_class_and_the_cut_is_repor
         assert torch.equal(data.x, part.x) and torch.equal(data.y, part.y)
         assert torch.equal(data.edge_index, part.edge_index)
         assert data.label_names == cora.class_names  # all sites agree on the classes
+        assert data.node_ids == part.node_ids  # the whole graph's ids of the part
         kept += data.edge_index.shape[1] // 2
     assert kept == cora.num_undirected_edges - summary["cut_edges"]
 

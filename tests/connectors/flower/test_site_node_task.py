@@ -313,3 +313,22 @@ def test_a_dp_sage_round_shares_the_sage_weights_and_accounts_its_rooted_steps(t
         fresh.bind(session.sampling_profile, session.clipper.profile)
         fresh.step(noise_multiplier=40.0, num_steps=3)
         assert ledger.spent_epsilon() == pytest.approx(fresh.get_epsilon(1e-4), rel=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("flower_task")
+def test_a_gap_round_past_the_budget_is_refused_before_any_release_runs(tmp_path: Path) -> None:
+    """The encoder training and the aggregation hops are data-dependent releases: a round the
+    budget cannot cover refuses before computing them (only sizes were read)."""
+    torch.set_num_threads(1)
+    part = write_cora_sites(tmp_path / "data")[0]
+    cfg = init_site_ledger(_site(tmp_path, **{"data-path": str(part), "epsilon-budget": 0.5}))
+    built, factory = _sessions()
+    reply = handle_train(records.train_content(records.ArrayRecord(), 1, 3),
+                         site_context(8, cfg, GAP_RUN_CONFIG), session_factory=factory)
+    site = dict(reply.config_records[records.SITE])
+    assert site["status"] == records.REFUSED and "past its privacy budget" in site["reason"], site
+    (session,) = built
+    assert dict(session.released) == {} and not session.accountant.events_rdp().any()
+    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+        assert [e.status for e in ledger.entries()] == ["refused"]

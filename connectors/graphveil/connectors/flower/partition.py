@@ -8,9 +8,9 @@ owner, and the CLI prints how many (cut edges, count and fraction).
 * A relational graph (bundled CiteSeer, or ``--citeseer-tape``): ``site-<i>/edges.tsv`` and
   ``site-<i>/entities.jsonl``, what ``data-source = "edge_list"`` reads.
 * A node-classification graph (``--graph cora``, bundled Planetoid Cora): ``site-<i>/graph.pt``,
-  a ``torch.save``'d ``torch_geometric.data.Data`` with ``x``, ``y``, ``edge_index`` and
-  ``label_names`` (every class of the whole graph, so all sites agree on the classes), what
-  ``data-source = "pyg"`` reads.
+  a ``torch.save``'d ``torch_geometric.data.Data`` with ``x``, ``y``, ``edge_index``,
+  ``label_names`` (every class of the whole graph, so all sites agree on the classes) and
+  ``node_ids`` (the whole graph's ids of the part's nodes), what ``data-source = "pyg"`` reads.
 
 ``python -m graphveil.connectors.flower.partition --sites 3 --out sites/ [--graph cora]
 [--by random|labels|communities] [--alpha 0.5] [--seed 0]``.
@@ -70,6 +70,7 @@ def write_node_graph(graph: Any, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     data = graph.to_pyg()
     data.label_names = list(graph.class_names)
+    data.node_ids = list(graph.node_ids)  # the whole graph's ids (a keyed node split can follow them)
     path = folder / NODE_GRAPH_FILE
     partial = path.with_name(path.name + ".partial")
     torch.save(data, partial)
