@@ -158,6 +158,23 @@ def test_each_ledger_holds_its_sites_spends(federation: Federation) -> None:
         assert ledger.entries() == []
 
 
+def test_the_server_witnessed_the_ledgers_that_trained(federation: Federation) -> None:
+    """Witness as for relational rounds: one head per trained round at sites 1 and 2, each
+    ledger holding what the server saw; site 3 never opened its ledger, so sent no head."""
+    from graphveil.ledger import PrivacyLedger
+    from graphveil.ledger.witness import Witness
+
+    path = federation.root / "server-out" / "ledger-witness.jsonl"
+    witness = Witness(path)
+    assert witness.sites().keys() == {"site-1", "site-2"}
+    assert not any(s["flagged"] for s in witness.sites().values())
+    for name in ("site-1", "site-2"):
+        with PrivacyLedger(federation.root / "ledgers" / f"{name}.sqlite", create=False) as ledger:
+            head = ledger.witness_head()
+        assert [o.seq for o in witness.observations(name)] == list(range(1, ROUNDS + GAP_ROUNDS + 1))
+        assert witness.observations(name)[-1].head == head.head
+
+
 def test_the_server_received_only_the_classifier_and_scalars(federation: Federation) -> None:
     from graphveil.connectors.flower import records
 
