@@ -113,31 +113,32 @@ def _as_site_reads(path: Path) -> Any:
     return graph if isinstance(graph, NodeGraph) else _as_node_graph(graph)
 
 
-def _test_hits(session: Any, state: dict[str, torch.Tensor] | None = None) -> tuple[float, int]:
+def _test_hits(session: Any, state: dict[str, torch.Tensor] | None = None) -> tuple[float, int, float]:
+    """Correct test predictions, test nodes, and the hits of predicting the training majority class."""
     if state is not None:
         session.load_trainable_state(state)
-    acc = session.evaluate()["test_accuracy"]
+    scores = session.evaluate()
     n = int(session.task.split.test.numel())
-    return acc * n, n
+    return scores["test_accuracy"] * n, n, scores["majority_accuracy"] * n
 
 
 def local_only(task: dict[str, Any], parts: list[Any], *, target: float, steps: int, seed: int) -> dict[str, float]:
     sigma = calibrate(task, parts, target=target, steps=steps, release_times=1)
-    hits = total = 0.0
+    hits = total = majority = 0.0
     for part in parts:
         s = _session(task, part, sigma=sigma, steps=steps, seed=seed)
         s.train(steps)
-        h, n = _test_hits(s)
-        hits, total = hits + h, total + n
-    return {"accuracy": hits / total, "sigma": sigma}
+        h, n, m = _test_hits(s)
+        hits, total, majority = hits + h, total + n, majority + m
+    return {"accuracy": hits / total, "sigma": sigma, "majority": majority / total}
 
 
 def centralised(task: dict[str, Any], graph: Any, *, target: float, steps: int, seed: int) -> dict[str, float]:
     sigma = calibrate(task, [graph], target=target, steps=steps, release_times=1)
     s = _session(task, graph, sigma=sigma, steps=steps, seed=seed)
     s.train(steps)
-    h, n = _test_hits(s)
-    return {"accuracy": h / n, "sigma": sigma}
+    h, n, m = _test_hits(s)
+    return {"accuracy": h / n, "sigma": sigma, "majority": m / n}
 
 
 def federated(task: dict[str, Any], parts: list[Any], files: list[Path], *, target: float, rounds: int,
@@ -191,11 +192,11 @@ def federated(task: dict[str, Any], parts: list[Any], files: list[Path], *, targ
             spent.append(ledger.spent_epsilon())
     if max(spent) > target * (1 + 1e-6):
         raise RuntimeError(f"a site's ledger holds ε={max(spent)} > target {target}")
-    hits = total = 0.0
+    hits = total = majority = 0.0
     for session in last:  # each site's last-round session (GAP: its aggregates) with the final global model
-        h, n = _test_hits(session, state)
-        hits, total = hits + h, total + n
-    return {"accuracy": hits / total, "sigma": sigma, "epsilon_max": max(spent)}
+        h, n, m = _test_hits(session, state)
+        hits, total, majority = hits + h, total + n, majority + m
+    return {"accuracy": hits / total, "sigma": sigma, "epsilon_max": max(spent), "majority": majority / total}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         task = TASKS[method]
         results: dict[str, list[float]] = {"local-only": [], "federated": [], "centralised": []}
         sigmas: dict[str, float] = {}
+        majority: dict[str, float] = {}
         for seed in args.seeds:
             for name in ("local-only", "federated", "centralised"):
                 if name == "local-only":
@@ -243,18 +245,21 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append(cell)
                 results[name].append(cell["accuracy"])
                 sigmas[name] = cell["sigma"]
+                majority[name] = cell["majority"]
                 print(json.dumps(cell), file=sys.stderr)
-        rows.append((method, {k: mean_ci95(v) for k, v in results.items()}, sigmas))
+        rows.append((method, {k: mean_ci95(v) for k, v in results.items()}, sigmas, majority))
     load_end = os.getloadavg()
     print(f"Cora, {args.sites} sites ({args.by}{f', α={args.alpha}' if args.by == 'labels' else ''}: "
           f"cut {split.cut_edges} of {split.num_edges} edges, {split.cut_fraction:.1%}), ε = {args.epsilon} per site, "
           f"δ = {DELTA}, node level D = {D}; {args.rounds} rounds × {args.local_steps} local steps; "
           f"seeds {args.seeds}")
-    print("\n| method | local-only | federated | centralised | σ (local / fed / central) |\n|---|---|---|---|---|")
-    for method, stats, sigmas in rows:
+    print("\n| method | local-only | federated | centralised | σ (local / fed / central) | majority class "
+          "(sites / central) |\n|---|---|---|---|---|---|")
+    for method, stats, sigmas, majority in rows:
         cell = [f"{100 * m:.1f} ± {100 * h:.1f}" for m, h in (stats[k] for k in ("local-only", "federated", "centralised"))]
         sig = " / ".join(f"{sigmas[k]:.3g}" for k in ("local-only", "federated", "centralised"))
-        print(f"| {method} | {cell[0]} | {cell[1]} | {cell[2]} | {sig} |")
+        print(f"| {method} | {cell[0]} | {cell[1]} | {cell[2]} | {sig} | {100 * majority['federated']:.1f} / "
+              f"{100 * majority['centralised']:.1f} |")
     print(f"\n{platform.node()}: {os.cpu_count()} cores, load {load_start[0]:.2f} → {load_end[0]:.2f}, "
           f"{time.time() - started:.0f} s")
     if args.json:

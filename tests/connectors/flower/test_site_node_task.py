@@ -332,3 +332,35 @@ def test_a_gap_round_past_the_budget_is_refused_before_any_release_runs(tmp_path
     assert dict(session.released) == {} and not session.accountant.events_rdp().any()
     with PrivacyLedger(cfg["ledger"], create=False) as ledger:
         assert [e.status for e in ledger.entries()] == ["refused"]
+
+
+#: DPDGC: DP-Emb (per-node adjacency embedding, group 2D + 1 at node level: a very large σ here)
+#: released at the site every round, the LINKX classifier shared.
+DPDGC_RUN_CONFIG = {
+    **{k: v for k, v in NODE_TASK_RUN_CONFIG.items() if not k.startswith("task.model.")},
+    "task.method.name": "dpdgc", "task.method.hidden": 16, "task.method.embedding_training.epochs": 2,
+    "task.method.embedding_training.batch_size": 64, "task.method.embedding_training.lr": 0.01,
+    "task.method.embedding_training.clip_norm": 1.0, "task.task.features": "released:dpdgc_embedding",
+    "task.model.name": "linkx", "task.model.hidden": 16, "task.model.layers": 2, "task.model.embedding_width": 16,
+    "task.privacy.noise_multiplier": 400.0,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("flower_task")
+def test_a_dpdgc_round_shares_the_classifier_and_reserves_the_embedding_release(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    part = write_cora_sites(tmp_path / "data")[0]
+    cfg = init_site_ledger(_site(tmp_path, **{"data-path": str(part), "epsilon-budget": 1000.0}))
+    built, factory = _sessions()
+    reply = handle_train(records.train_content(records.ArrayRecord(), 1, 3),
+                         site_context(9, cfg, DPDGC_RUN_CONFIG), session_factory=factory)
+    assert dict(reply.config_records[records.SITE])["status"] == records.TRAINED
+    keys = set(reply.array_records[records.ARRAYS])
+    assert {k.split(".")[0] for k in keys} == {"branch_x", "branch_z", "classifier"}  # LINKX only: no W⁽ᴬ⁾
+    (session,) = built
+    assert "dpdgc_embedding" in session.released and session.accountant.events_rdp().any()
+    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+        (entry,) = ledger.entries()
+        assert entry.status == "released" and entry.note == ""  # the reservation covered the release
+        assert ledger.spent_epsilon() == pytest.approx(session.accountant.get_epsilon(1e-4), rel=1e-6)
