@@ -364,3 +364,22 @@ def test_a_dpdgc_round_shares_the_classifier_and_reserves_the_embedding_release(
         (entry,) = ledger.entries()
         assert entry.status == "released" and entry.note == ""  # the reservation covered the release
         assert ledger.spent_epsilon() == pytest.approx(session.accountant.get_epsilon(1e-4), rel=1e-6)
+
+
+def test_a_pyg_graph_for_a_node_task_needs_features_and_a_label_for_every_node() -> None:
+    """Until the pyg source gives node graphs itself, the site takes a relational graph with
+    features and labels as the node graph it is (both edge directions), and names what is missing."""
+    from graphveil.connectors.flower.site import _as_node_graph
+    from graphveil.contract.errors import DataError
+    from graphveil.data import RelationalGraph
+
+    def graph(**extra: Any) -> RelationalGraph:
+        return RelationalGraph(name="g", entity_ids=["a", "b", "c"], edges=torch.tensor([[0, 1], [1, 2]]), **extra)
+
+    node = _as_node_graph(graph(features=torch.eye(3), labels=torch.tensor([0, 1, 1]), label_names=["x", "y"]))
+    assert node.node_ids == ["a", "b", "c"] and node.class_names == ["x", "y"] and node.num_undirected_edges == 2
+    assert {tuple(e) for e in node.edge_index.t().tolist()} == {(0, 1), (1, 0), (1, 2), (2, 1)}
+    with pytest.raises(DataError, match="features and labels"):
+        _as_node_graph(graph(labels=torch.tensor([0, 1, 1]), label_names=["x", "y"]))
+    with pytest.raises(DataError, match="1 node\\(s\\) have no label"):
+        _as_node_graph(graph(features=torch.eye(3), labels=torch.tensor([0, -1, 1]), label_names=["x", "y"]))

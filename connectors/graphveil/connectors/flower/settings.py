@@ -614,7 +614,13 @@ def check_site_policy(site: SiteSettings, fed: FederationSettings, config: RunCo
     read from the plugin classes (nothing is built). The policy, all from the node config:
 
     * ``delta``: the site's; a task that sets another ``privacy.delta`` is refused;
-    * ``privacy-unit``: sampler, clipper and accountant must all be of that unit;
+    * ``task-kind``: the task is relational (an encoder task) or node classification (a model task);
+    * ``privacy-unit``: relational: sampler, clipper and accountant must all be of that unit. Node
+      classification: the task's ``privacy.unit``, if it states one, is the site's GDP unit
+      (:attr:`SiteSettings.gdp_unit`: not another adjacency or weights-only unit, not a weaker
+      or stronger level, not another k; ``degree-bound``: not a larger D, nor a smaller one,
+      which a node-level run would refuse only after reading the graph), and sampler, clipper
+      and accountant must each analyse that unit (:func:`site_run_config` puts it in);
     * ``accountants``: the accountant must be one the site accepts;
     * ``min-noise-multiplier``: σ must be given directly (``privacy.noise_multiplier``; a σ
       calibrated to a target ε depends on b/|Ē|) and be at least the floor;

@@ -13,11 +13,18 @@ public (a function of the task and the site's policy) or covered by the accounte
    :class:`~graphveil.run.session.TrainingSession` (no data read). At edge level, with the site's
    public size floor ``min-records``, its accountant is bound from public numbers alone
    (:meth:`~graphveil.run.session.TrainingSession.bind_public_accounting`); at node level the
-   coupled accountant needs |Ē| and n, so the graph is prepared first;
+   coupled accountant needs |Ē| and n, so the graph is prepared first; a node-classification
+   task (``task-kind``) reads its graph's sizes (public there too) and binds its accountant
+   (:meth:`~graphveil.run.session.TrainingSession.prepare_accounting`), but a plan that
+   releases before training (GAP's encoder and aggregates, DPDGC's DP-Emb) runs those releases
+   only after step 3;
 3. write the round's spend to the ledger *before* training (:meth:`PrivacyLedger.reserve`), or
    refuse the round if it would pass the budget (ε values only if the site set ``share-epsilon``);
+   for a plan with releases before training, the whole round — those releases and the steps
+   (:meth:`~graphveil.run.session.TrainingSession.planned_rdp`) — is reserved at once;
 4. from here on the reply is a trained one whatever happens: prepare the graph (edge level),
-   check the arrays' keys and shapes, load them, run the local DP steps and confirm the spend
+   check the arrays' keys and shapes, load them (none: round 1 of a node task, whose server
+   holds no model yet — the task's own initialisation), run the local DP steps and confirm the spend
    (:meth:`PrivacyLedger.release`). A failure is charged in full (withheld) and answered with
    the server's own arrays; non-finite examples never fail a step
    (:mod:`graphveil.engine.dp_step`). The learning-rate schedule spans the whole federation
