@@ -1063,6 +1063,12 @@ MUTANTS: tuple[Mutant, ...] = (
           "        if True:  # MUTANT: the releases run before the reservation\n"),),
     ),
     Mutant(
+        "site-node-scores", "no evaluation at a node-classification site (it would run DP-SAGE's output release)",
+        (("connectors/graphveil/connectors/flower/site.py",
+          "    if site.node_task:\n        return {\"mrr\": math.nan, \"prec1\": math.nan}\n",
+          "    pass  # MUTANT: evaluated\n"),),
+    ),
+    Mutant(
         "witness-server-reject", "the server's refusal to aggregate an update whose ledger went backwards or forked",
         (("connectors/graphveil/connectors/flower/strategy.py",
           '            if entry["status"] == records.TRAINED:\n'

@@ -297,14 +297,18 @@ def test_a_dp_sage_round_shares_the_sage_weights_and_accounts_its_rooted_steps(t
 
     torch.set_num_threads(1)
     part = write_cora_sites(tmp_path / "data")[2]
-    cfg = init_site_ledger(_site(tmp_path, **{"data-path": str(part), "site-name": "clinic-c"}))
+    cfg = init_site_ledger(_site(tmp_path, **{"data-path": str(part), "site-name": "clinic-c",
+                                              "share-utility-metrics": True}))
     built, factory = _sessions()
     reply = handle_train(records.train_content(records.ArrayRecord(), 1, 3),
                          site_context(7, cfg, DP_SAGE_RUN_CONFIG), session_factory=factory)
     assert dict(reply.config_records[records.SITE])["status"] == records.TRAINED
+    metrics = dict(reply.metric_records[records.METRICS])
+    assert np.isnan(metrics["mrr"]) and np.isnan(metrics["prec1"])  # no evaluation at a node site ...
     assert {k.split(".")[0] for k in reply.array_records[records.ARRAYS]} == {"convs"}
     (session,) = built
     assert isinstance(session.accountant, RootedRdpAccountant) and not session.accountant.events_rdp().any()
+    assert "dp_sage_outputs" not in session.released  # ... so the output perturbation never ran
     with PrivacyLedger(cfg["ledger"], create=False) as ledger:
         (entry,) = ledger.entries()
         assert entry.status == "released" and entry.note == "" and entry.steps == 3

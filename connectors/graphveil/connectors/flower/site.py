@@ -364,7 +364,12 @@ def _withhold(ledger: PrivacyLedger, reservation: Any) -> None:
 
 
 def _scores(session: Any, site: SiteSettings) -> dict[str, float]:
-    """Held-out scores (opt-in), NaN if the evaluation fails: the same reply fields either way."""
+    """Held-out scores (opt-in), NaN if the evaluation fails: the same reply fields either way.
+    A node-classification site sends NaN without evaluating: the reply's scores are the
+    relational ones, and an evaluation would run the plan's releases after training (DP-SAGE's
+    output perturbation), which no round reserves."""
+    if site.node_task:
+        return {"mrr": math.nan, "prec1": math.nan}
     try:
         scores = session.evaluate()
         return {"mrr": float(scores["mrr"]), "prec1": float(scores["prec1"])}
