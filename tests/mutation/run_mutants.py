@@ -1059,8 +1059,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "site-releases-after-reservation", "a GAP round's releases computed after its reservation (before it)",
         (("connectors/graphveil/connectors/flower/site.py",
-          "        if not releases:  # nothing is released before training: prepare in full, as before\n",
-          "        if True:  # MUTANT: the releases run before the reservation\n"),),
+          "    if not public and not releases:  # nothing is released before training: prepare in full, as before\n",
+          "    if not public:  # MUTANT: the releases run before the reservation\n"),),
     ),
     Mutant(
         "site-node-scores", "no evaluation at a node-classification site (it would run DP-SAGE's output release)",

@@ -250,12 +250,12 @@ def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, confi
     # and the spend reserved BEFORE the graph is read, so no reply depends on the data except
     # through the DP update. Node level: the coupled accountant needs |Ē| and n (sizes public there).
     public = session.bind_public_accounting()
-    releases = bool(session.plan.releases)
     if not public:
         stage.now = "preparing the session (loading the site's graph)"
         session.prepare_accounting()
-        if not releases:  # nothing is released before training: prepare in full, as before
-            session.prepare()
+    releases = bool(session.plan.releases)  # the plan is known once the session is assembled
+    if not public and not releases:  # nothing is released before training: prepare in full, as before
+        session.prepare()
     stage.lap("setup")
     stage.now = "checking the server's arrays against the task's parameters"
     if incoming and (expected := _public_state(session)) is not None and (
