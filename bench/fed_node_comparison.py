@@ -106,10 +106,11 @@ def calibrate(task: dict[str, Any], graphs: list[Any], *, target: float, steps: 
 
 def _as_site_reads(path: Path) -> Any:
     """A site's ``graph.pt`` as its ClientApp reads it (``data-source = "pyg"``)."""
+    from graphveil.connectors.flower.partition import load_source
     from graphveil.connectors.flower.site import _as_node_graph
-    from graphveil.data import NodeGraph, load_pyg
+    from graphveil.data import NodeGraph
 
-    graph = load_pyg(path)
+    graph = load_source(source="pyg", path=str(path))
     return graph if isinstance(graph, NodeGraph) else _as_node_graph(graph)
 
 
@@ -212,14 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the cells here (JSON lines)")
     args = parser.parse_args(argv)
 
-    from graphveil.connectors.flower.partition import write_node_graph
-    from graphveil.data import load_planetoid
+    from graphveil.connectors.flower.partition import load_source, write_node_graph
     from graphveil.data.partition import partition_graph
     from graphveil.run.runner import mean_ci95
 
     torch.set_num_threads(1)
     load_start, started = os.getloadavg(), time.time()
-    cora = load_planetoid("cora")
+    cora = load_source(source="planetoid", name="cora")
     split = partition_graph(cora, args.sites, kind=args.by, seed=0, alpha=args.alpha)
     parts = split.parts(cora)
     work = Path(tempfile.mkdtemp(prefix="fed-node-bench-"))

@@ -356,7 +356,7 @@ NODE_SITE_POLICY: dict[str, Any] = {"delta": 1e-4, "privacy-unit": "node", "task
 
 def write_cora_sites(folder: Path, num_sites: int = 3, *, kind: str = "random", seed: int = 0) -> list[Path]:
     """Bundled Cora split among ``num_sites`` sites, each part as ``site-<i>/graph.pt``."""
-    from graphveil.connectors.flower.partition import write_node_partition
-    from graphveil.data import load_planetoid
+    from graphveil.connectors.flower.partition import load_source, write_node_partition
 
-    return write_node_partition(load_planetoid("cora"), num_sites, folder, seed, kind=kind)[0]
+    return write_node_partition(load_source(source="planetoid", name="cora"), num_sites, folder, seed,
+                                kind=kind)[0]

@@ -8,19 +8,27 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphveil.connectors.flower.partition import main
-from graphveil.data.loaders import _load_data_file
+from graphveil.connectors.flower.partition import load_source, main
 from graphveil.data.partition import partition_graph
+
+
+def _load_weights_only(path: Path):
+    """``torch.load`` with ``weights_only=True`` and only PyG's data classes allowed: no code runs."""
+    from torch_geometric.data import Data
+    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+    from torch_geometric.data.storage import EdgeStorage, GlobalStorage, NodeStorage
+
+    with torch.serialization.safe_globals([Data, DataEdgeAttr, DataTensorAttr, GlobalStorage, NodeStorage,
+                                           EdgeStorage]):
+        return torch.load(path, weights_only=True)
 
 
 @pytest.mark.slow
 def test_cora_parts_load_back_weights_only_with_every_class_and_the_cut_is_reported(tmp_path: Path, capsys) -> None:
-    from graphveil.data import load_planetoid
-
     assert main(["--sites", "3", "--out", str(tmp_path), "--graph", "cora", "--by", "communities"]) == 0
     out, err = capsys.readouterr()
     summary = json.loads(err.strip().splitlines()[-1])
-    cora = load_planetoid("cora")
+    cora = load_source(source="planetoid", name="cora")
     split = partition_graph(cora, 3, kind="communities", seed=0)
     assert summary == split.summary() | {"cut_fraction": round(split.cut_fraction, 6)}
     assert summary["cut_edges"] > 0
@@ -28,7 +36,7 @@ def test_cora_parts_load_back_weights_only_with_every_class_and_the_cut_is_repor
     assert paths == [tmp_path / f"site-{i}" / "graph.pt" for i in (1, 2, 3)]
     kept = 0
     for i, path in enumerate(paths):
-        data = _load_data_file(path)  # weights_only: a plain PyG Data
+        data = _load_weights_only(path)  # a plain PyG Data
         part = cora.subgraph(split.nodes(i))
         assert torch.equal(data.x, part.x) and torch.equal(data.y, part.y)
         assert torch.equal(data.edge_index, part.edge_index)

@@ -36,6 +36,15 @@ ENTITIES_FILE = "entities.jsonl"
 NODE_GRAPH_FILE = "graph.pt"
 
 
+def load_source(**data: Any) -> Any:
+    """The graph a run's ``data`` section names (e.g. ``source="planetoid", name="cora"``), read
+    through the installed data sources as a run reads it."""
+    from graphveil.data import load_data
+    from graphveil.run.config import DataConfig
+
+    return load_data(DataConfig.model_validate(data))
+
+
 def partition_graph(graph: Any, num_sites: int, seed: int = 0, *, kind: str = "random",
                     alpha: float = 0.5) -> list[Any]:
     """``num_sites`` induced subgraphs of ``graph`` (:func:`graphveil.data.partition.partition_graph`)."""
@@ -109,9 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.graph == "cora":
-            from graphveil.data import load_planetoid
-
-            graph = load_planetoid("cora")
+            graph = load_source(source="planetoid", name="cora")
             split = split_nodes(graph, args.sites, kind=args.by, seed=args.seed, alpha=args.alpha)
             for i, part in enumerate(split.parts(graph)):
                 print(write_node_graph(part, Path(args.out) / f"site-{i + 1}"))
