@@ -19,6 +19,7 @@ from opacus.accountants import RDPAccountant
 
 from graphveil.connectors.flower import records
 from graphveil.contract.accountant import Accountant
+from graphveil.contract.method import Plan
 from graphveil.contract.profiles import (
     PrivacyUnit,
     SamplingKind,
@@ -162,6 +163,7 @@ class FakeSession:
         self.delta = 0.0
         self.tuples_used = 0
         self.prepared = False
+        self.plan = Plan()  # one DP-SGD stage, nothing released before training
         FakeSession.instances.append(self)
 
     def bind_public_accounting(self) -> bool:
@@ -174,6 +176,9 @@ class FakeSession:
     def prepare(self) -> None:
         self.prepared = True
         self.bind_public_accounting()
+
+    def prepare_accounting(self) -> None:  # reads the graph, as the real one does
+        self.prepare()
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         return self.encoder.trainable_state()
@@ -324,3 +329,34 @@ def global_state() -> dict[str, torch.Tensor]:
 
 def train_content(server_round: int = 1, steps: int = 3, state=None) -> RecordDict:
     return records.train_content(records.arrays_from_state(state or global_state()), server_round, steps)
+
+
+#: A node-classification federation (DP-MLP, paper 4's baseline) small enough for the tests.
+NODE_TASK_RUN_CONFIG: dict[str, Any] = {
+    "num-server-rounds": 2, "local-steps": 3, "min-sites": 1,
+    "task.task.name": "node_classification",
+    "task.model.name": "mlp", "task.model.hidden": 16, "task.model.layers": 2, "task.model.seed": 0,
+    "task.sampler.name": "node_uniform_wor", "task.sampler.batch_size": 32,
+    "task.clipper.name": "per_node_clip", "task.clipper.clip_norm": 1.0,
+    "task.accountant.name": "node_rdp", "task.training.lr": 0.01,
+    "task.privacy.noise_multiplier": 1.0,
+}
+#: GAP on top of it: encoder and aggregates recomputed at the site every round, classifier shared.
+GAP_RUN_CONFIG: dict[str, Any] = {
+    **NODE_TASK_RUN_CONFIG,
+    "task.method.name": "gap", "task.method.hops": 2, "task.method.hidden": 16, "task.method.encoder_layers": 1,
+    "task.method.encoder_training.epochs": 2, "task.method.encoder_training.batch_size": 32,
+    "task.method.encoder_training.lr": 0.01, "task.method.encoder_training.clip_norm": 1.0,
+    "task.task.features": "released:gap_aggregates",
+}
+#: A node-classification site at paper 4's node level, D = 168 (Cora's largest degree).
+NODE_SITE_POLICY: dict[str, Any] = {"delta": 1e-4, "privacy-unit": "node", "task-kind": "node_classification",
+                                    "degree-bound": 168}
+
+
+def write_cora_sites(folder: Path, num_sites: int = 3, *, kind: str = "random", seed: int = 0) -> list[Path]:
+    """Bundled Cora split among ``num_sites`` sites, each part as ``site-<i>/graph.pt``."""
+    from graphveil.connectors.flower.partition import load_source, write_node_partition
+
+    return write_node_partition(load_source(source="planetoid", name="cora"), num_sites, folder, seed,
+                                kind=kind)[0]

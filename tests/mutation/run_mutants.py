@@ -185,13 +185,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "ledger-reserve", "the ledger reservation before training (reserve only after the steps ran)",
         (("connectors/graphveil/connectors/flower/site.py",
-          "    reservation = _reserve(ledger, session, site, sigma=sigma, delta=delta, steps=local_steps,\n"
+          "    reservation = _reserve(ledger, accountant, site, sigma=sigma, delta=delta, steps=local_steps,\n"
           "                           run=str(context.run_id), server_round=server_round)\n",
           "    reservation = None  # MUTANT: no reservation before training\n"),
          ("connectors/graphveil/connectors/flower/site.py",
           "        session.train(local_steps, schedule_start=(server_round - 1) * local_steps)\n",
           "        session.train(local_steps, schedule_start=(server_round - 1) * local_steps)\n"
-          "        reservation = _reserve(ledger, session, site, sigma=sigma, delta=delta, steps=local_steps,  # MUTANT\n"
+          "        reservation = _reserve(ledger, accountant, site, sigma=sigma, delta=delta, steps=local_steps,  # MUTANT\n"
           "                               run=str(context.run_id), server_round=server_round)\n")),
         note="targets the issue-6 code (re-checked when it landed)",
         tags=("in-flux",),
@@ -966,7 +966,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "site-sampler-keys", "the site's own min-records / degree-cap in the run config",
         (("connectors/graphveil/connectors/flower/settings.py",
-          "        sampler.update(_SITE_SAMPLER_KEYS[site.privacy_unit](site))\n",
+          "        sampler.update(site_sampler_keys(site))\n",
           "        pass  # MUTANT: the task's sampler options stand\n"),),
     ),
     Mutant(
@@ -1062,6 +1062,73 @@ MUTANTS: tuple[Mutant, ...] = (
         (("framework/graphveil/ledger/witness.py",
           "        if state.flagged is not None:\n            return (",
           "        if False:  # MUTANT: a flag does not stick\n            return ("),),
+    ),
+    Mutant(
+        "policy-task-kind", "a node-classification site's refusal of a relational task (and the reverse)",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "    _check_task_kind(site, config, host, where)\n",
+          "    pass  # MUTANT: any task kind\n"),),
+    ),
+    Mutant(
+        "policy-gdp-another-unit", "the refusal of a task unit with add/remove adjacency or weights only",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "        if theirs.adjacency is not Adjacency.REPLACEMENT or not theirs.protects_predictions:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-gdp-weaker", "the refusal of a task at a weaker GDP level than the site's (or a smaller k)",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "        if rank(theirs.kind.value) < rank(mine.kind.value) or (\n",
+          "        if False and (  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-gdp-larger-d", "the refusal of a task asking a larger degree bound D than the site's",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "            if theirs.degree_bound > mine.degree_bound:\n",
+          "            if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-gdp-smaller-d", "the refusal of a smaller D (a graph above it would be refused after reading)",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "            if theirs.degree_bound < mine.degree_bound:\n",
+          "            if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-gdp-no-site-d", "the refusal of a D at a site that sets no degree-bound",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "        if theirs.degree_bound is not None and mine.degree_bound is None:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-gdp-components", "the check that sampler, clipper and accountant analyse the site's GDP unit",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "        if accepts is None or not accepts(mine):\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "site-gdp-unit", "the site's own GDP unit (with D) in a node-classification site's run config",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "        privacy[\"unit\"] = site.gdp_unit.value\n",
+          "        pass  # MUTANT: the task's unit stands\n"),),
+    ),
+    Mutant(
+        "site-round-reservation", "the reservation of a GAP round's releases with its steps (steps only)",
+        (("connectors/graphveil/connectors/flower/site.py",
+          "    accountant = (_RoundCurve(session.accountant, session.planned_rdp(local_steps), local_steps)\n"
+          "                  if releases else session.accountant)\n",
+          "    accountant = session.accountant  # MUTANT: the releases are not reserved\n"),),
+    ),
+    Mutant(
+        "site-releases-after-reservation", "a GAP round's releases computed after its reservation (before it)",
+        (("connectors/graphveil/connectors/flower/site.py",
+          "    if not public and not releases:  # nothing is released before training: prepare in full, as before\n",
+          "    if not public:  # MUTANT: the releases run before the reservation\n"),),
+    ),
+    Mutant(
+        "site-node-scores", "no evaluation at a node-classification site (it would run DP-SAGE's output release)",
+        (("connectors/graphveil/connectors/flower/site.py",
+          "    if site.node_task:\n        return {\"mrr\": math.nan, \"prec1\": math.nan}\n",
+          "    pass  # MUTANT: evaluated\n"),),
     ),
     Mutant(
         "witness-server-reject", "the server's refusal to aggregate an update whose ledger went backwards or forked",

@@ -98,6 +98,7 @@ class TrainingSession:
         self.schedule_position = 0  # the learning-rate schedule's next step (0-based)
         self.lr_schedule: Any = None  # graphveil.engine.schedules.LrSchedule, built by prepare()
         self._prepared = False
+        self._accounting_bound = False
         self.records_key: str | None = None
 
     # ------------------------------------------------------------------ assemble (no data)
@@ -159,19 +160,7 @@ class TrainingSession:
         """Load and split the graph, preprocess, bind the accountant, calibrate σ, prepare the encoder."""
         if self._prepared:
             return
-        if self.sampler is None:
-            self.assemble()
-        cfg = self.config
-        if self.graph is None:
-            from graphveil.data import load_data
-
-            self.graph = load_data(cfg.data, self.host)
-        self.task.setup(self.graph, cfg.data.split)
-        self.bind_accounting()
-        if cfg.privacy.enabled:
-            from graphveil.engine.noise import GaussianNoise
-
-            self.noise = GaussianNoise(research_seed=cfg.privacy.research_noise_seed)
+        self.prepare_accounting()
         profile = self.sampling_profile
         log.info("sampling profile %s; sigma=%.4f delta=%.3g", profile, self.noise_multiplier, self.delta)
         self._run_stages(self.plan.before_training())
@@ -187,6 +176,44 @@ class TrainingSession:
             log.info("noise per step: std %.3g per weight (σC/b̄), norm %.3g over %d trainable weights; each "
                      "clipped tuple's gradient has norm <= %.3g", noise["std_per_weight"], noise["norm"],
                      noise["trainable_weights"], noise["tuple_norm_bound"])
+
+    def prepare_accounting(self) -> None:
+        """The first part of :meth:`prepare`: load and split the graph, bind the accountant, fix δ
+        and σ — nothing released or trained yet. A federated site reserves a round's whole spend
+        (:meth:`planned_rdp`) between this and the releases :meth:`prepare` runs next."""
+        if self._accounting_bound:
+            return
+        if self.sampler is None:
+            self.assemble()
+        cfg = self.config
+        if self.graph is None:
+            from graphveil.data import load_data
+
+            self.graph = load_data(cfg.data, self.host)
+        self.task.setup(self.graph, cfg.data.split)
+        self.bind_accounting()
+        if cfg.privacy.enabled:
+            from graphveil.engine.noise import GaussianNoise
+
+            self.noise = GaussianNoise(research_seed=cfg.privacy.research_noise_seed)
+        self._accounting_bound = True
+
+    def planned_rdp(self, num_steps: int) -> Any:
+        """RDP curve (on the accountant's orders) of what :meth:`prepare` and ``num_steps`` steps
+        of :meth:`train` will compose: the plan's releases before training at the run's σ, then
+        the steps; nothing is recorded. Needs :meth:`prepare_accounting` (or :meth:`prepare`
+        before any release ran). Releases after training (:meth:`evaluate`) are not included."""
+        import numpy as np
+
+        acc, sigma = self.accountant, self.noise_multiplier
+        curve = np.zeros_like(np.asarray(acc.orders, dtype=float))
+        if self.config.privacy.enabled:
+            for stage in self.plan.before_training():
+                if isinstance(stage, Release):
+                    curve = curve + acc.event_rdp(stage.mechanism.event_at(sigma), stage.name)
+            if num_steps and self.trains_privately:
+                curve = curve + num_steps * np.asarray(acc.rdp_curve(sigma), dtype=float)
+        return curve
 
     def noise_per_step(self) -> dict[str, Any] | None:
         """The Gaussian noise in each step's averaged gradient, from the run's public numbers.

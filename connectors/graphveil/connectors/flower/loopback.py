@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,6 +42,28 @@ def free_port() -> int:
 def toml_value(value: Any) -> str:
     """A scalar as TOML (strings quoted, booleans lower-case), for node configs and ``--run-config``."""
     return json.dumps(value) if isinstance(value, str | bool) else repr(value)
+
+
+def write_app(target: Path, config: Mapping[str, Any]) -> Path:
+    """A copy of the bundled Flower app at ``target`` whose task (``task.*`` of
+    ``[tool.flwr.app.config]``) is the one in ``config`` — e.g. a node-classification task, whose
+    sections a run's ``--run-config`` could neither remove from the bundled relational task nor
+    add (Flower overrides only keys the app defines). The bundled federation keys stay, ``config``'s
+    replace them. Its FAB has another hash than the bundled app's: sites approve it explicitly
+    (``approved-apps``)."""
+    import tomllib
+
+    from flwr.common.config import flatten_dict
+
+    shutil.copytree(APP, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    pyproject = target / "pyproject.toml"
+    text = pyproject.read_text(encoding="utf-8")
+    bundled = flatten_dict(tomllib.loads(text)["tool"]["flwr"]["app"]["config"])
+    values = {**{k: v for k, v in bundled.items() if not k.startswith("task.")}, **config}
+    head = text[:text.index("[tool.flwr.app.config]")]
+    body = "".join(f"{k} = {toml_value(v)}\n" for k, v in values.items())
+    pyproject.write_text(f"{head}[tool.flwr.app.config]\n{body}", encoding="utf-8")
+    return target
 
 
 def write_node_config(path: Path, values: Mapping[str, Any]) -> Path:
@@ -172,7 +195,7 @@ class LoopbackFederation:
 
     # ------------------------------------------------------------------------------ runs
     def run(self, run_config: Mapping[str, Any], timeout: float = 900,
-            check: bool = True) -> tuple[Path, float, dict[str, Any]]:
+            check: bool = True, app: Path = APP) -> tuple[Path, float, dict[str, Any]]:
         """``graphveil fed run --wait``; returns (server run folder, seconds, Flower's run status).
 
         ``check=False`` returns a run that finished but failed (its status says ``finished:failed``)
@@ -180,7 +203,7 @@ class LoopbackFederation:
         overrides = " ".join(f"{k}={toml_value(v)}" for k, v in run_config.items())
         started = time.monotonic()
         proc = subprocess.run(
-            [str(BIN / "graphveil"), "fed", "run", "--connection", CONNECTION, "--app", str(APP),
+            [str(BIN / "graphveil"), "fed", "run", "--connection", CONNECTION, "--app", str(app),
              "--run-config", overrides, "--wait", "--timeout", str(timeout), "--json"],
             env=self.env, capture_output=True, text=True, timeout=timeout + 120)
         seconds = time.monotonic() - started

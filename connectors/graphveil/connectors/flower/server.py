@@ -50,8 +50,14 @@ from graphveil.ledger.witness import Witness
 
 
 def build_encoder(fed: FederationSettings, host: PluginHost | None = None) -> Any:
-    """The task's encoder (no data): source of the initial adapter and of the saved one."""
+    """The task's encoder (no data): source of the initial adapter and of the saved one; ``None``
+    for a node-classification task, whose model (``task.model``) is sized by the sites' node
+    features and classes: the server then starts from no arrays, each site trains round 1 from
+    the task's own initialisation (pin ``task.model.seed`` so they start alike) and the first
+    global model is the weighted mean of their replies."""
     config = fed.check_task()
+    if config.encoder is None:
+        return None
     host = host or default_host()
     return host.create("encoder", config.encoder.name, config.encoder.params, where="task.encoder")
 
@@ -64,7 +70,7 @@ def run_federation(grid: Grid, fed: FederationSettings, *, run_id: int = 0,
     out_dir.mkdir(parents=True, exist_ok=True)
     witness = Witness(fed.ledger_witness_path)  # read before any round: a corrupt file stops the run
     encoder = encoder if encoder is not None else build_encoder(fed, host)
-    initial = records.arrays_from_state(encoder.trainable_state())
+    initial = records.arrays_from_state(encoder.trainable_state()) if encoder is not None else ArrayRecord()
 
     def round_end(server_round: int, record: dict[str, Any]) -> None:
         with (out_dir / "rounds.jsonl").open("a", encoding="utf-8") as fh:
@@ -88,8 +94,11 @@ def run_federation(grid: Grid, fed: FederationSettings, *, run_id: int = 0,
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
         raise
     final: ArrayRecord = result.arrays if len(result.arrays) else initial
-    encoder.load_trainable_state(records.state_from_arrays(final))
-    _save_adapter(encoder, out_dir / "adapter")
+    if encoder is not None:
+        encoder.load_trainable_state(records.state_from_arrays(final))
+        _save_adapter(encoder, out_dir / "adapter")
+    else:  # a node task's model: its trainable state, torch.save'd (torch.load(..., weights_only=True))
+        _save_state(records.state_from_arrays(final), out_dir / "adapter")
     summary = {
         "run-id": run_id,
         "status": "completed",
@@ -111,6 +120,18 @@ def _save_adapter(encoder: Any, target: Path) -> None:
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     encoder.save(partial)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+
+
+def _save_state(state: dict[str, Any], target: Path) -> None:
+    """Write ``state`` as ``<target>/model.pt`` through ``<target>.partial`` (always complete)."""
+    import torch
+
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    torch.save(state, partial / "model.pt")
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
 

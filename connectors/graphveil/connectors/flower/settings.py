@@ -27,7 +27,7 @@ import os
 import re
 import secrets
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -138,11 +138,22 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 # ------------------------------------------------------------------------------ a site's node config
 
 
-#: The built-in accountants of each privacy unit (a site's default ``accountants``).
+#: The built-in accountants of each privacy unit (a site's default ``accountants``) of a
+#: relational site.
 BUILTIN_ACCOUNTANTS: dict[str, tuple[str, ...]] = {
     "node": ("coupled_rdp", "coupled_rdp_freq", "coupled_rdp_standard"),
     "edge": ("edge_rdp",),
 }
+#: The built-in accountants of a node-classification site (every GDP level): per-node DP-SGD on
+#: row-wise models (DP-MLP, GAP's classifier) and DP-SAGE's rooted subgraphs.
+NODE_TASK_ACCOUNTANTS: tuple[str, ...] = ("node_rdp", "rooted_rdp")
+#: Task kinds a site runs: relational fine-tuning (an ``encoder`` task) or node classification
+#: (a ``model`` task: a GNN or MLP on node features), by the task's model family.
+TASK_KINDS = {"relational": "encoder", "node_classification": "model"}
+#: Paper 4's GDP levels from weakest to strongest: a node-classification site refuses a task at
+#: a weaker level than its own (one directed entry < both entries of an undirected edge < one
+#: node's features, label and k adjacency entries < the whole node under the degree bound D).
+GDP_LEVELS: tuple[str, ...] = ("edge", "undirected_edge", "k_neighbor", "node")
 #: σ floor of a site that sets no ``min-noise-multiplier``.
 DEFAULT_MIN_NOISE_MULTIPLIER = 0.5
 #: Local steps per round of a site that sets no ``max-steps-per-round``.
@@ -208,8 +219,24 @@ class SiteSettings(BaseModel):
     delta: Probability = Field(
         description="δ of the budget (required; the site's, whatever the task says): keep it well below "
                     "1/(number of your entities or relations).")
-    privacy_unit: Literal["node", "edge"] = Field(
-        alias="privacy-unit", description="What this site protects: one entity (node) or one relation (edge).")
+    privacy_unit: Literal["node", "edge", "k_neighbor", "undirected_edge"] = Field(
+        alias="privacy-unit", description=(
+            "What this site protects. Relational tasks: one entity with its relations (node, add/remove) or "
+            "one relation (edge). Node classification: paper 4's graph DP level (replacement, predictions "
+            "covered): one node under degree-bound D (node), one node's features, label and k-neighbors "
+            "adjacency entries (k_neighbor), one undirected edge (undirected_edge) or one directed entry (edge)."))
+    task_kind: Literal["relational", "node_classification"] = Field(
+        "relational", alias="task-kind",
+        description="The tasks this site runs on its graph: relational fine-tuning, or node classification "
+                    "(DP-MLP, GAP, ... on a graph with node features and labels); any other task is refused.")
+    degree_bound: int | None = Field(
+        None, ge=1, alias="degree-bound",
+        description="task-kind node_classification, privacy-unit node (required) or k_neighbor: the "
+                    "out-degree bound D of the guarantee (paper 4), public; a task asking another D is refused.")
+    k_neighbors: int | None = Field(
+        None, ge=1, alias="k-neighbors",
+        description="task-kind node_classification, privacy-unit k_neighbor (required): k, the adjacency "
+                    "entries of one node the guarantee covers; a task asking a smaller k is refused.")
     accountants: tuple[str, ...] | None = Field(
         None, description="Accountants this site accepts (comma-separated names); default: the built-in "
                           "accountants of its privacy unit.")
@@ -274,7 +301,27 @@ class SiteSettings(BaseModel):
     @property
     def accepted_accountants(self) -> tuple[str, ...]:
         """``accountants``, or the built-in accountants of the site's privacy unit."""
-        return self.accountants if self.accountants is not None else BUILTIN_ACCOUNTANTS[self.privacy_unit]
+        if self.accountants is not None:
+            return self.accountants
+        return NODE_TASK_ACCOUNTANTS if self.node_task else BUILTIN_ACCOUNTANTS[self.privacy_unit]
+
+    @property
+    def node_task(self) -> bool:
+        """The site runs node classification (paper 4's GDP units) rather than relational tasks."""
+        return self.task_kind == "node_classification"
+
+    @property
+    def gdp_unit(self) -> Any:
+        """The site's paper-4 GDP unit (a :class:`~graphveil.contract.units.PrivacyUnit`: replacement
+        adjacency, predictions covered) for node classification, else ``None``."""
+        if not self.node_task:
+            return None
+        from graphveil.contract.units import Adjacency, PrivacyUnit, UnitKind
+
+        kind = UnitKind(self.privacy_unit)
+        return PrivacyUnit(kind, Adjacency.REPLACEMENT, protects_predictions=True,
+                           degree_bound=self.degree_bound if kind in (UnitKind.NODE, UnitKind.K_NEIGHBOR) else None,
+                           k=self.k_neighbors if kind is UnitKind.K_NEIGHBOR else None)
 
     @field_validator("data_path", "data_entities", "data_password_file", "ledger", "ledger_anchor", "site_config")
     @classmethod
@@ -325,16 +372,13 @@ class SiteSettings(BaseModel):
             raise ConfigError(f"{source}: {key} applies only to data-source 'edge_list', 'parquet' or 'sql'")
         if (settings.data_source_col is None) != (settings.data_target_col is None):
             raise ConfigError(f"{source}: give both data-source-col and data-target-col, or neither")
-        if settings.privacy_unit == "edge" and settings.min_records is None:
-            raise ConfigError(
-                f"{source}: min-records is required for privacy-unit 'edge': a public lower bound on your "
-                "number of training relations, so that ε (and every reply) depends on public numbers only "
-                "(deploy/RUNBOOK.md §4); e.g. your count rounded down to a power of ten")
-        if settings.privacy_unit == "node" and settings.min_records is not None:
-            raise ConfigError(
-                f"{source}: min-records applies to privacy-unit 'edge' only: the node-level accountants "
-                "(paper 1, Thm 3 / C.1) need the exact |Ē| and entity count (RUNBOOK §5: at node level "
-                "these sizes are treated as public)")
+        if settings.node_task:
+            _check_node_task_site(settings, source)
+        elif settings.privacy_unit not in ("node", "edge"):
+            raise ConfigError(f"{source}: privacy-unit {settings.privacy_unit!r} applies to task-kind "
+                              "'node_classification' only; a relational site protects a 'node' or an 'edge'")
+        else:
+            _check_relational_site(settings, source)
         if settings.min_clip_norm > settings.max_clip_norm:
             raise ConfigError(f"{source}: min-clip-norm {settings.min_clip_norm} exceeds max-clip-norm "
                               f"{settings.max_clip_norm}")
@@ -429,6 +473,44 @@ def _check_sql_site(settings: SiteSettings, source: str) -> None:
         raise ConfigError(f"{source}: {message}") from None
 
 
+def _check_relational_site(settings: SiteSettings, source: str) -> None:
+    """A relational site: ``min-records`` at edge level (only there); no node-task keys."""
+    for key in ("degree_bound", "k_neighbors"):
+        if getattr(settings, key) is not None:
+            raise ConfigError(f"{source}: {key.replace('_', '-')} applies to task-kind 'node_classification' only")
+    if settings.privacy_unit == "edge" and settings.min_records is None:
+        raise ConfigError(
+            f"{source}: min-records is required for privacy-unit 'edge': a public lower bound on your "
+            "number of training relations, so that ε (and every reply) depends on public numbers only "
+            "(deploy/RUNBOOK.md §4); e.g. your count rounded down to a power of ten")
+    if settings.privacy_unit == "node" and settings.min_records is not None:
+        raise ConfigError(
+            f"{source}: min-records applies to privacy-unit 'edge' only: the node-level accountants "
+            "(paper 1, Thm 3 / C.1) need the exact |Ē| and entity count (RUNBOOK §5: at node level "
+            "these sizes are treated as public)")
+
+
+def _check_node_task_site(settings: SiteSettings, source: str) -> None:
+    """A node-classification site: D at node level, k at k-neighbor level; no relational keys
+    (the sizes of a node graph are public at every GDP level: RUNBOOK §5)."""
+    unit = settings.privacy_unit
+    for key in ("min_records", "degree_cap"):
+        if key in settings.model_fields_set and getattr(settings, key) is not None:
+            raise ConfigError(f"{source}: {key.replace('_', '-')} applies to task-kind 'relational' only (the "
+                              "relational accountants' sampling); a node-classification site sets degree-bound")
+    if unit == "node" and settings.degree_bound is None:
+        raise ConfigError(f"{source}: degree-bound is required for privacy-unit 'node' of a node-classification "
+                          "site: the out-degree bound D of paper 4's node-level guarantee (your graph's largest "
+                          "out-degree or more; a graph above D is refused)")
+    if unit == "k_neighbor" and settings.k_neighbors is None:
+        raise ConfigError(f"{source}: k-neighbors is required for privacy-unit 'k_neighbor': the adjacency "
+                          "entries of one node the guarantee covers")
+    if unit != "k_neighbor" and settings.k_neighbors is not None:
+        raise ConfigError(f"{source}: k-neighbors applies to privacy-unit 'k_neighbor' only")
+    if unit in ("edge", "undirected_edge") and settings.degree_bound is not None:
+        raise ConfigError(f"{source}: degree-bound applies to privacy-unit 'node' or 'k_neighbor' only")
+
+
 # ------------------------------------------------------------------------------ a site's run config
 
 
@@ -470,6 +552,8 @@ def site_run_config(fed: FederationSettings, site: SiteSettings, *, seed: int) -
         source = f"{site.site_config}"
     data = raw.get("data", {}) if isinstance(raw.get("data"), dict) else {}
     raw["data"] = {**data, **site.data_section()}
+    if site.node_task and not isinstance(raw["data"].get("split"), dict):
+        raw["data"]["split"] = {"kind": "random_node"}  # the node tasks' split, unless site-config sets one
     raw["name"] = site.site_name
     raw["seed"] = seed
     raw.setdefault("training", {})["steps"] = fed.num_server_rounds * fed.local_steps
@@ -479,7 +563,9 @@ def site_run_config(fed: FederationSettings, site: SiteSettings, *, seed: int) -
     sampler = raw.setdefault("sampler", {})
     if isinstance(sampler, dict):
         # the site's, whatever the task says (check_site_policy refuses a task that sets another)
-        sampler.update(_SITE_SAMPLER_KEYS[site.privacy_unit](site))
+        sampler.update(site_sampler_keys(site))
+    if site.node_task:  # the site's GDP unit, whatever the task says (check_site_policy refuses another)
+        privacy["unit"] = site.gdp_unit.value
     if site.threads is not None:
         raw["threads"] = site.threads
     return config_from_dict(raw, source)
@@ -491,6 +577,12 @@ _SITE_SAMPLER_KEYS = {
     "edge": lambda site: {"min_records": site.min_records},
     "node": lambda site: {"degree_cap": site.degree_cap},
 }
+
+
+def site_sampler_keys(site: SiteSettings) -> dict[str, Any]:
+    """The sampler options the site's node config fixes (none for node classification: there
+    the site fixes ``privacy.unit``, with D and k)."""
+    return {} if site.node_task else _SITE_SAMPLER_KEYS[site.privacy_unit](site)
 
 
 # ------------------------------------------------------------------------------ the site's policy
@@ -522,7 +614,13 @@ def check_site_policy(site: SiteSettings, fed: FederationSettings, config: RunCo
     read from the plugin classes (nothing is built). The policy, all from the node config:
 
     * ``delta``: the site's; a task that sets another ``privacy.delta`` is refused;
-    * ``privacy-unit``: sampler, clipper and accountant must all be of that unit;
+    * ``task-kind``: the task is relational (an encoder task) or node classification (a model task);
+    * ``privacy-unit``: relational: sampler, clipper and accountant must all be of that unit. Node
+      classification: the task's ``privacy.unit``, if it states one, is the site's GDP unit
+      (:attr:`SiteSettings.gdp_unit`: not another adjacency or weights-only unit, not a weaker
+      or stronger level, not another k; ``degree-bound``: not a larger D, nor a smaller one,
+      which a node-level run would refuse only after reading the graph), and sampler, clipper
+      and accountant must each analyse that unit (:func:`site_run_config` puts it in);
     * ``accountants``: the accountant must be one the site accepts;
     * ``min-noise-multiplier``: σ must be given directly (``privacy.noise_multiplier``; a σ
       calibrated to a target ε depends on b/|Ē|) and be at least the floor;
@@ -567,14 +665,18 @@ def check_site_policy(site: SiteSettings, fed: FederationSettings, config: RunCo
         from graphveil.contract.host import default_host
 
         host = default_host()
-    for family, component in (("sampler", config.sampler), ("clipper", config.clipper),
-                              ("accountant", config.accountant)):
-        unit = getattr(host.get(family, component.name).factory, "unit", None)
-        unit = getattr(unit, "value", unit)
-        if unit != site.privacy_unit:
-            raise PolicyRefusal(where(f"{family}.name"), (
-                f"{family} {component.name!r} is {unit or 'no'}-level; this site's privacy-unit is "
-                f"{site.privacy_unit!r}"))
+    _check_task_kind(site, config, host, where)
+    if site.node_task:
+        _check_gdp_unit(site, task, config, host, where)
+    else:
+        for family, component in (("sampler", config.sampler), ("clipper", config.clipper),
+                                  ("accountant", config.accountant)):
+            unit = getattr(host.get(family, component.name).factory, "unit", None)
+            unit = getattr(unit, "value", unit)
+            if unit != site.privacy_unit:
+                raise PolicyRefusal(where(f"{family}.name"), (
+                    f"{family} {component.name!r} is {unit or 'no'}-level; this site's privacy-unit is "
+                    f"{site.privacy_unit!r}"))
     if config.accountant.name not in site.accepted_accountants:
         raise PolicyRefusal(where("accountant.name"), (
             f"accountant {config.accountant.name!r} is not one this site accepts (node config "
@@ -593,7 +695,7 @@ def check_site_policy(site: SiteSettings, fed: FederationSettings, config: RunCo
             f"the round asks {local_steps} local steps; this site runs 1 to its max-steps-per-round "
             f"{site.max_steps_per_round}"))
     # What defines the accounted numbers and Ē is the site's.
-    for key, value in _SITE_SAMPLER_KEYS[site.privacy_unit](site).items():
+    for key, value in site_sampler_keys(site).items():
         asked = _task_value(task, f"sampler.{key}")
         if asked is not None and asked != value:
             node_key = key.replace("_", "-")
@@ -606,6 +708,63 @@ def check_site_policy(site: SiteSettings, fed: FederationSettings, config: RunCo
         raise PolicyRefusal(where("clipper.clip_norm"), (
             f"clip norm {clip:.4g} is outside this site's range [{site.min_clip_norm:.4g}, "
             f"{site.max_clip_norm:.4g}] (min-clip-norm / max-clip-norm)"))
+
+
+def _check_task_kind(site: SiteSettings, config: RunConfig, host: Any, where: Callable[[str], str]) -> None:
+    """The task is of the site's ``task-kind`` (by its model family: encoder or model)."""
+    family = getattr(host.get("task", config.task.name).factory, "model_family", None)
+    if family != TASK_KINDS[site.task_kind]:
+        kind = next((k for k, f in TASK_KINDS.items() if f == family), f"a {family!r}-family")
+        raise PolicyRefusal(where("task.name"), (
+            f"task {config.task.name!r} is a {kind} task; this site's task-kind is {site.task_kind!r}"))
+
+
+def _check_gdp_unit(site: SiteSettings, task: Mapping[str, Any], config: RunConfig, host: Any,
+                    where: Callable[[str], str]) -> None:
+    """A node-classification task asks the site's GDP unit: not another unit, not a weaker level,
+    not another D; and every component analyses that unit (nothing is built)."""
+    from graphveil.contract.units import Adjacency, PrivacyUnit, UnitKind
+
+    mine: PrivacyUnit = site.gdp_unit
+    asked = _task_value(task, "privacy.unit")
+    if asked is not None:
+        theirs = PrivacyUnit.parse(str(asked))  # readable: the task validated as a RunConfig
+        if theirs.adjacency is not Adjacency.REPLACEMENT or not theirs.protects_predictions:
+            raise PolicyRefusal("task.privacy.unit", (
+                f"the task asks {theirs.value!r}; this site protects {mine.value!r} (paper 4's graph DP: "
+                "replacement adjacency, predictions covered): another unit"))
+        rank = GDP_LEVELS.index
+        if rank(theirs.kind.value) < rank(mine.kind.value) or (
+                theirs.kind is UnitKind.K_NEIGHBOR and mine.kind is UnitKind.K_NEIGHBOR and theirs.k < mine.k):
+            raise PolicyRefusal("task.privacy.unit", (
+                f"the task asks {theirs.value!r}, a weaker level than this site's {mine.value!r} (privacy-unit, "
+                "k-neighbors)"))
+        if theirs.kind is not mine.kind or theirs.k != mine.k:
+            raise PolicyRefusal("task.privacy.unit", (
+                f"the task asks {theirs.value!r}; this site accounts every spend under its own unit "
+                f"{mine.value!r} (one unit per ledger): drop privacy.unit from the task"))
+        if theirs.degree_bound is not None and mine.degree_bound is None:
+            raise PolicyRefusal("task.privacy.unit", (
+                f"the task asks D={theirs.degree_bound}; this site sets no degree-bound"))
+        if theirs.degree_bound is not None and mine.degree_bound is not None:
+            if theirs.degree_bound > mine.degree_bound:
+                raise PolicyRefusal("task.privacy.unit", (
+                    f"the task asks D={theirs.degree_bound}, larger than this site's degree-bound "
+                    f"D={mine.degree_bound}"))
+            if theirs.degree_bound < mine.degree_bound:
+                raise PolicyRefusal("task.privacy.unit", (
+                    f"the task asks D={theirs.degree_bound}; this site's degree-bound is D={mine.degree_bound}: "
+                    "a node-level run refuses a graph above D after reading it, an answer that would "
+                    "depend on the data"))
+    for family, component in (("sampler", config.sampler), ("clipper", config.clipper),
+                              ("accountant", config.accountant)):
+        factory = host.get(family, component.name).factory
+        accepts = getattr(factory, "accepts_unit", None)
+        if accepts is None or not accepts(mine):
+            unit = getattr(getattr(factory, "unit", None), "value", None)
+            raise PolicyRefusal(where(f"{family}.name"), (
+                f"{family} {component.name!r} ({unit or 'no'}-level) does not analyse this site's unit "
+                f"{mine.value!r}"))
 
 
 def _check_pins(site: SiteSettings, task: Mapping[str, Any]) -> None:

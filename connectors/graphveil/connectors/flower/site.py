@@ -13,11 +13,18 @@ public (a function of the task and the site's policy) or covered by the accounte
    :class:`~graphveil.run.session.TrainingSession` (no data read). At edge level, with the site's
    public size floor ``min-records``, its accountant is bound from public numbers alone
    (:meth:`~graphveil.run.session.TrainingSession.bind_public_accounting`); at node level the
-   coupled accountant needs |Ē| and n, so the graph is prepared first;
+   coupled accountant needs |Ē| and n, so the graph is prepared first; a node-classification
+   task (``task-kind``) reads its graph's sizes (public there too) and binds its accountant
+   (:meth:`~graphveil.run.session.TrainingSession.prepare_accounting`), but a plan that
+   releases before training (GAP's encoder and aggregates, DPDGC's DP-Emb) runs those releases
+   only after step 3;
 3. write the round's spend to the ledger *before* training (:meth:`PrivacyLedger.reserve`), or
    refuse the round if it would pass the budget (ε values only if the site set ``share-epsilon``);
+   for a plan with releases before training, the whole round — those releases and the steps
+   (:meth:`~graphveil.run.session.TrainingSession.planned_rdp`) — is reserved at once;
 4. from here on the reply is a trained one whatever happens: prepare the graph (edge level),
-   check the arrays' keys and shapes, load them, run the local DP steps and confirm the spend
+   check the arrays' keys and shapes, load them (none: round 1 of a node task, whose server
+   holds no model yet — the task's own initialisation), run the local DP steps and confirm the spend
    (:meth:`PrivacyLedger.release`). A failure is charged in full (withheld) and answered with
    the server's own arrays; non-finite examples never fail a step
    (:mod:`graphveil.engine.dp_step`). The learning-rate schedule spans the whole federation
@@ -38,6 +45,7 @@ are not sent.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -69,9 +77,75 @@ SessionFactory = Callable[..., Any]
 
 
 def _real_session(config: RunConfig, records_store: Any = None) -> Any:
+    return _site_session_class()(config, records_store=records_store)
+
+
+@functools.cache
+def _site_session_class() -> type:
+    """:class:`~graphveil.run.session.TrainingSession` reading the site's graph with
+    :func:`_site_graph` (imported on first use: the ClientApp module stays light)."""
     from graphveil.run.session import TrainingSession
 
-    return TrainingSession(config, records_store=records_store)
+    class SiteSession(TrainingSession):
+        def prepare_accounting(self) -> None:
+            if self.graph is None and not self._accounting_bound:
+                self.graph = _site_graph(self)
+            super().prepare_accounting()
+
+    return SiteSession
+
+
+def _site_graph(session: Any) -> Any:
+    """The site's graph from its data section. For a node-classification task, a relational
+    graph that carries features and a label for every node (``data-source = "pyg"`` on a ``Data``
+    with ``x`` and ``y``, as the data sources read it before node-graph loading landed) is taken
+    as the node graph it is; once the source gives a :class:`~graphveil.data.NodeGraph` itself,
+    this changes nothing."""
+    from graphveil.data import NodeGraph, RelationalGraph, load_data
+
+    cfg = session.config
+    graph = load_data(cfg.data, session.host)
+    family = getattr(session.host.get("task", cfg.task.name).factory, "model_family", None)
+    if family != "model" or not isinstance(graph, RelationalGraph) or isinstance(graph, NodeGraph):
+        return graph
+    return _as_node_graph(graph)
+
+
+def _as_node_graph(graph: Any) -> Any:
+    """A relational graph with features and labels as a :class:`~graphveil.data.NodeGraph` (each
+    relation in both directions); a clear error if it lacks either, or a node has no label."""
+    import torch
+
+    from graphveil.contract.errors import DataError
+    from graphveil.data import NodeGraph
+
+    if graph.features is None or graph.labels is None or graph.label_names is None:
+        raise DataError(f"graph {graph.name!r}: node classification needs features and labels of every node")
+    if bool((graph.labels < 0).any()):
+        raise DataError(f"graph {graph.name!r}: {int((graph.labels < 0).sum())} node(s) have no label")
+    e = graph.edges.t()
+    return NodeGraph(name=graph.name, x=graph.features, y=graph.labels, edge_index=torch.cat([e, e.flip(0)], dim=1),
+                     node_ids=list(graph.entity_ids), class_names=list(graph.label_names), notes=dict(graph.notes))
+
+
+class _RoundCurve:
+    """The session's accountant as the ledger's :meth:`~graphveil.ledger.PrivacyLedger.reserve`
+    sees it for a round whose plan releases before training (GAP's encoder and aggregates): the
+    ledger reserves ``steps × rdp_curve(σ)``, so the per-step curve here is the round's whole
+    planned curve (:meth:`~graphveil.run.session.TrainingSession.planned_rdp`) over its steps.
+    Everything else is the accountant's own (its orders, unit, profile, total after the round)."""
+
+    def __init__(self, accountant: Any, curve: Any, steps: int) -> None:
+        self._accountant, self._curve, self._steps = accountant, np.asarray(curve, dtype=float), steps
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._accountant, name)
+
+    def rdp_curve(self, noise_multiplier: float) -> Any:
+        return self._curve / self._steps
+
+    def total_rdp(self) -> Any:
+        return self._accountant.total_rdp()
 
 
 class _Stage:
@@ -178,10 +252,14 @@ def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, confi
     public = session.bind_public_accounting()
     if not public:
         stage.now = "preparing the session (loading the site's graph)"
+        session.prepare_accounting()
+    releases = bool(session.plan.releases)  # the plan is known once the session is assembled
+    if not public and not releases:  # nothing is released before training: prepare in full, as before
         session.prepare()
     stage.lap("setup")
     stage.now = "checking the server's arrays against the task's parameters"
-    if (expected := _public_state(session)) is not None and (problem := _shape_problem(incoming, expected)):
+    if incoming and (expected := _public_state(session)) is not None and (
+            problem := _shape_problem(incoming, expected)):
         raise _Refusal(records.REFUSED, f"malformed arrays from the server: {problem}")
     sigma, delta = float(session.noise_multiplier), float(session.delta)
     if sigma < site.min_noise_multiplier or delta != site.delta:  # checked on the task already
@@ -189,7 +267,11 @@ def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, confi
             f"site policy: the session's σ={sigma:.4g}, δ={delta:.3g} differ from this site's "
             f"min-noise-multiplier {site.min_noise_multiplier:.4g} / delta {site.delta:.3g}"))
     stage.now = "reserving the round's privacy spend"
-    reservation = _reserve(ledger, session, site, sigma=sigma, delta=delta, steps=local_steps,
+    # A plan that releases before training (GAP: encoder, aggregates; recomputed every round)
+    # reserves the round's whole planned curve, before any of those releases runs.
+    accountant = (_RoundCurve(session.accountant, session.planned_rdp(local_steps), local_steps)
+                  if releases else session.accountant)
+    reservation = _reserve(ledger, accountant, site, sigma=sigma, delta=delta, steps=local_steps,
                            run=str(context.run_id), server_round=server_round)
 
     # Charged from here on: the reply is a trained one whatever the data does (RUNBOOK §5).
@@ -198,13 +280,13 @@ def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, confi
         "noise-multiplier": sigma,
     }
     try:
-        if public:
-            stage.now = "preparing the session (loading the site's graph)"
-            session.prepare()
+        stage.now = "preparing the session (loading the site's graph, the releases before training)"
+        session.prepare()
         stage.now = "checking the server's arrays against the task's parameters"
-        if problem := _shape_problem(incoming, session.trainable_state()):
-            raise ValueError(f"server arrays: {problem}")
-        session.load_trainable_state(incoming)
+        if incoming:  # none: the server holds no model yet (round 1 of a node task); the task's own start
+            if problem := _shape_problem(incoming, session.trainable_state()):
+                raise ValueError(f"server arrays: {problem}")
+            session.load_trainable_state(incoming)
         stage.lap("reserve")  # arrays checked and loaded, spend reserved in the ledger
         stage.now = "training"
         # one learning-rate schedule over the federation (training.steps = rounds × local steps):
@@ -253,11 +335,11 @@ def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, confi
                                    ledger_head=ledger.witness_head())  # after the release
 
 
-def _reserve(ledger: PrivacyLedger, session: Any, site: SiteSettings, *, sigma: float, delta: float,
+def _reserve(ledger: PrivacyLedger, accountant: Any, site: SiteSettings, *, sigma: float, delta: float,
              steps: int, run: str, server_round: int) -> Any:
     """Write the round's spend ahead of training, or refuse the round (nothing spent)."""
     try:
-        return ledger.reserve(session.accountant, noise_multiplier=sigma, steps=steps, delta=delta,
+        return ledger.reserve(accountant, noise_multiplier=sigma, steps=steps, delta=delta,
                               budget=site.epsilon_budget, site=site.site_name, run=run, round=server_round)
     except BudgetExhaustedError as exc:
         raise _Refusal(records.REFUSED, str(exc), _refusal_metrics(
@@ -282,7 +364,12 @@ def _withhold(ledger: PrivacyLedger, reservation: Any) -> None:
 
 
 def _scores(session: Any, site: SiteSettings) -> dict[str, float]:
-    """Held-out scores (opt-in), NaN if the evaluation fails: the same reply fields either way."""
+    """Held-out scores (opt-in), NaN if the evaluation fails: the same reply fields either way.
+    A node-classification site sends NaN without evaluating: the reply's scores are the
+    relational ones, and an evaluation would run the plan's releases after training (DP-SAGE's
+    output perturbation), which no round reserves."""
+    if site.node_task:
+        return {"mrr": math.nan, "prec1": math.nan}
     try:
         scores = session.evaluate()
         return {"mrr": float(scores["mrr"]), "prec1": float(scores["prec1"])}
@@ -301,7 +388,8 @@ def _report_round_end(session: Any, site: SiteSettings, config: RunConfig, *, se
 
     report = {"private": True, "site": site.site_name, "server_round": server_round, "steps": steps,
               "epsilon": epsilon, "epsilon_budget": site.epsilon_budget, "delta": delta,
-              "noise_multiplier": sigma, "unit": site.privacy_unit, "sampler": config.sampler.name,
+              "noise_multiplier": sigma,
+              "unit": site.gdp_unit.value if site.node_task else site.privacy_unit, "sampler": config.sampler.name,
               "clipper": config.clipper.name, "accountant": config.accountant.name, **scores}
     host = getattr(session, "host", None) or default_host()  # the host the session's steps reported to
     host.hook.graphveil_run_end(run_dir=None, report=read_only(report))

@@ -179,7 +179,9 @@ class SiteRounds(Strategy):
         self._audit(server_round, replies)
         sites: list[dict[str, Any]] = []
         trained: list[Message] = []
-        reference = self.global_arrays
+        # an empty global model (round 1 of a node task: the server cannot size a model sized by the
+        # sites' data): the first trained reply sets the keys and shapes
+        reference = self.global_arrays if self.global_arrays else None
         for msg in replies:
             entry = self._witnessed(server_round, self._classify(msg, reference))
             sites.append(entry)
@@ -194,7 +196,11 @@ class SiteRounds(Strategy):
             log(WARNING, "round %d: no reply from %s (dropped out or timed out); the round goes on without them",
                 server_round, ", ".join(missing))
         arrays: ArrayRecord | None = None
-        if trained:
+        if trained and self.global_arrays is not None and not len(self.global_arrays):
+            # no model to step from: the first global model is the weighted mean (FedAvg), also under
+            # FedAdam, which steps from it in later rounds
+            arrays = weighted_mean(trained)
+        elif trained:
             arrays, _ = self.strategy.aggregate_train(server_round, trained)
             if arrays is not None and self.global_arrays is not None:
                 arrays = _like(arrays, self.global_arrays)  # FedAdam computes in float64
@@ -348,6 +354,19 @@ def _like(arrays: ArrayRecord, reference: ArrayRecord) -> ArrayRecord:
         if key in reference and str(reference[key].dtype) != str(data.dtype):
             data = data.astype(reference[key].numpy().dtype)
         out[key] = Array(np.ascontiguousarray(data))
+    return ArrayRecord(out)
+
+
+def weighted_mean(replies: list[Message]) -> ArrayRecord:
+    """The replies' arrays averaged with their public step counts as weights (FedAvg), in their own dtype."""
+    weights = [float(m.content.metric_records[records.METRICS][records.WEIGHT]) for m in replies]
+    arrays = [m.content.array_records[records.ARRAYS] for m in replies]
+    total = sum(weights)
+    out = {}
+    for key in arrays[0]:
+        first = arrays[0][key].numpy()
+        mean = sum(w * a[key].numpy().astype(np.float64) for w, a in zip(weights, arrays, strict=True)) / total
+        out[key] = Array(np.ascontiguousarray(mean.astype(first.dtype)))
     return ArrayRecord(out)
 
 
