@@ -29,6 +29,12 @@ forward, backward, Adam; with ``--materialize`` also the engine forced to materi
 per-example gradients of every linear (memory: b × weights).
 
     python bench/full_finetune_speed.py [--batch 8] [--k-neg 2] [--steps 3] [--threads 1]
+                                        [--device cuda] [--dtype bfloat16]
+
+``--device`` (``bench/_device.py``): model, batches and noise on that device; each timed step
+ends when the device's queued work does. ``--dtype bfloat16``: the decoder's frozen base model
+and cache in bfloat16 (``hf_causal_lora``'s ``dtype``; LoRA factors stay float32); the BERT-style
+configurations have no dtype option and stay float32.
 
 Results: a markdown table on stdout, one JSON line per configuration appended to
 ``bench/results/full_finetune_speed.jsonl``.
@@ -45,6 +51,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _device import add_device_argument, batches_to, place, synchronize
 
 MODES = ("nonprivate", "dp", "dp_no_noise")
 CONFIGS = ("minilm-lora", "minilm-full", "bert-base-lora", "bert-base-full", "llama-lora")
@@ -101,10 +109,12 @@ def setup(args: argparse.Namespace):
     model, finetune = args.config.rsplit("-", 1)
     graph = load_bundled_citeseer().subgraph(torch.arange(args.entities))
     if model == "llama":
-        encoder = HfCausalEncoder(HfCausalParams(model=args.model_dir, max_length=args.max_length))
+        encoder = HfCausalEncoder(HfCausalParams(model=args.model_dir, max_length=args.max_length,
+                                                 device=args.device, dtype=args.dtype))
     else:
         encoder = HfLoraEncoder(HfLoraParams(model="minilm" if model == "minilm" else args.model_dir,
                                              finetune=finetune, max_length=args.max_length))
+    place(encoder, args.device)
     encoder.prepare(graph)
     encoder.train()
     training = TrainingConfig(optimizer="adam", lr=1e-5)
@@ -119,6 +129,7 @@ def setup(args: argparse.Namespace):
         neg = torch.randint(0, graph.num_nodes, (args.batch, args.k_neg), generator=data)
         which = torch.randint(0, 2, (args.batch, args.k_neg), generator=data)
         batches.append(TupleBatch(pos, neg, torch.gather(pos, 1, which)))
+    batches = batches_to(batches, args.device)
 
     def ours(fn, noise):
         def step(batch) -> None:
@@ -144,6 +155,7 @@ def phases(args, encoder, batches, pieces) -> dict[str, dict[str, float]]:
     def timed(series: dict[str, list[float]], name: str, fn):
         t0 = time.perf_counter()
         result = fn()
+        synchronize(args.device)
         series.setdefault(name, []).append(time.perf_counter() - t0)
         return result
 
@@ -181,11 +193,13 @@ def worker(args: argparse.Namespace) -> dict:
     for batch in batches[: args.warmup]:
         for mode in MODES:
             steps[mode](batch)
+    synchronize(args.device)
     wall: dict[str, list[float]] = {m: [] for m in MODES}
     for i, batch in enumerate(batches[args.warmup :]):
         for mode in MODES[i % len(MODES) :] + MODES[: i % len(MODES)]:  # rotate the order
             t0 = time.perf_counter()
             steps[mode](batch)
+            synchronize(args.device)
             wall[mode].append(time.perf_counter() - t0)
     ratios = {m: statistics.median(x / y for x, y in zip(wall[m], wall["nonprivate"], strict=True))
               for m in MODES[1:]}
@@ -216,6 +230,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--clip", type=float, default=0.1)
     parser.add_argument("--sigma", type=float, default=1.0)
+    add_device_argument(parser)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="dtype of the decoder's (llama-lora) frozen base model and cache")
+    parser.add_argument("--json", help="also write the configurations' results here (one JSON list)")
     parser.add_argument("--config", choices=CONFIGS, help=argparse.SUPPRESS)  # worker subprocess
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -262,6 +280,8 @@ def main() -> None:
             print(f"| {kind} | " + " | ".join(cells) + f" | {sum(ph.values()):.3f} |")
     print("\nDP / non-private: median over steps of the paired ratio (same batch, back to back, order rotated). "
           "DP uses the default CSPRNG 4-sum noise; 'without noise' is the same step adding none (not private).")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     with RESULTS.open("a") as f:
