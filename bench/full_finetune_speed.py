@@ -37,7 +37,7 @@ and cache in bfloat16 (``hf_causal_lora``'s ``dtype``; LoRA factors stay float32
 configurations have no dtype option and stay float32.
 
 Results: a markdown table on stdout, one JSON line per configuration appended to
-``bench/results/full_finetune_speed.jsonl``.
+``bench/results/full_finetune_speed.jsonl`` (with ``--json FILE``: one JSON in FILE instead).
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def main() -> None:
     add_device_argument(parser)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                         help="dtype of the decoder's (llama-lora) frozen base model and cache")
-    parser.add_argument("--json", help="also write the configurations' results here (one JSON list)")
+    parser.add_argument("--json", help="write the results here (one JSON) instead of appending to " + str(RESULTS.name))
     parser.add_argument("--config", choices=CONFIGS, help=argparse.SUPPRESS)  # worker subprocess
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -280,8 +280,9 @@ def main() -> None:
             print(f"| {kind} | " + " | ".join(cells) + f" | {sum(ph.values()):.3f} |")
     print("\nDP / non-private: median over steps of the paired ratio (same batch, back to back, order rotated). "
           "DP uses the default CSPRNG 4-sum noise; 'without noise' is the same step adding none (not private).")
-    if args.json:
+    if args.json:  # instead of the project's results file (bench/gpu_check.py's runs stay out of it)
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+        return
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     with RESULTS.open("a") as f:
