@@ -4,7 +4,7 @@
 Honoured all the way: the encoder's trainable and frozen modules and its ``device`` attribute
 (the cached frozen states stay in CPU memory and each batch's rows move to the device, as in
 a run), the batches' index tensors, and so the scores, losses, per-tuple gradients, clipped sums
-and the noise (:class:`graphveil.engine.noise.GaussianNoise` adds on the gradient's device).
+and the noise (:mod:`graphveil.engine.noise` draws it on the gradient's device).
 """
 
 from __future__ import annotations

@@ -156,7 +156,8 @@ def minilm_lora(check: Check, tmp: Path) -> None:
     out = tmp / "minilm_lora.json"
     sizes = ["--batch", "2", "--k-neg", "1", "--steps", "1", "--warmup", "1", "--entities", "300"] if check.smoke \
         else ["--batch", "32", "--k-neg", "4", "--steps", "20", "--warmup", "3"]
-    argv = [sys.executable, str(BENCH / "dp_step_speed.py"), "--device", check.device, *sizes, "--json", str(out)]
+    argv = [sys.executable, str(BENCH / "dp_step_speed.py"), "--device", check.device, *sizes, "--no-memory",
+            "--phase-reps", "1" if check.smoke else "4", "--json", str(out)]
     if (stdout := check.run("minilm_lora", argv)) is None:
         return
     print(stdout, flush=True)
@@ -165,7 +166,7 @@ def minilm_lora(check: Check, tmp: Path) -> None:
         "device": check.device, "args": {k: raw["args"][k] for k in ("batch", "k_neg", "steps", "warmup", "micro_batch")},
         "paired_ratio": {m: t["paired_ratio"] for m, t in raw["timing"]["times"].items()},
         "median_s": {m: t["median_s"] for m, t in raw["timing"]["times"].items()},
-        "trainable_params": raw["timing"]["trainable_params"]}
+        "trainable_params": raw["timing"]["trainable_params"], "phases_s": raw["timing"].get("phases_s")}
 
 
 def full_finetune(check: Check, tmp: Path, name: str, configs: list[str], dtype: str) -> None:
