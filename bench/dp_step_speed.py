@@ -28,6 +28,10 @@ Memory: each mode alone in a fresh subprocess; the kernel's peak resident set (V
 /proc/self/clear_refs after setup — next to the RSS when the steps started.
 
     python bench/dp_step_speed.py [--batch 32] [--k-neg 4] [--steps 10] [--micro-batch 8] [--json out.json]
+                                  [--device cuda]
+
+``--device`` (``bench/_device.py``): model, batches and noise on that device; each timed step and
+phase ends when the device's queued work does. The peak RSS is host memory only.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import subprocess
 import sys
 import time
 
+from _device import add_device_argument, batches_to, place, synchronize
 from step_phases import phase_table
 
 MODES = ("nonprivate", "dp", "dp_randn", "opacus")
@@ -90,7 +95,7 @@ def setup(args: argparse.Namespace):
     params = {"model": args.model}
     if args.lora_layers:
         params["lora_layers"] = args.lora_layers
-    encoder = HfLoraEncoder(HfLoraParams(**params))
+    encoder = place(HfLoraEncoder(HfLoraParams(**params)), args.device)
     encoder.prepare(graph)
     encoder.train()  # as in a training session (opacus only records activations in train mode)
     training = TrainingConfig(optimizer="adam", lr=1e-4)
@@ -108,6 +113,7 @@ def setup(args: argparse.Namespace):
         neg = torch.randint(0, graph.num_nodes, (args.batch, args.k_neg), generator=data)
         which = torch.randint(0, 2, (args.batch, args.k_neg), generator=data)
         batches.append(TupleBatch(pos, neg, torch.gather(pos, 1, which)))
+    batches = batches_to(batches, args.device)
 
     def ours(fn, noise):
         def step(batch: TupleBatch) -> None:
@@ -141,7 +147,7 @@ def setup(args: argparse.Namespace):
 
             def forward():
                 emb = gsm(*encoder.cached_inputs(batch.entities().reshape(-1))).reshape(b, s, -1)
-                mask = torch.ones(b, batch.k_neg, dtype=torch.bool)
+                mask = torch.ones(b, batch.k_neg, dtype=torch.bool, device=emb.device)
                 return tuple_losses(emb, anchors_pos, mask, kind=loss.kind, temperature=loss.temperature)
 
             losses = timed(series, "forward", forward)
@@ -181,6 +187,7 @@ def worker(args: argparse.Namespace) -> dict:
     for batch in batches[: args.warmup]:
         for mode in modes:
             steps[mode](batch)
+    synchronize(args.device)
     rss_start = _rss_mb("VmRSS")
     exact_peak = _reset_peak()
     wall: dict[str, list[float]] = {m: [] for m in modes}
@@ -189,6 +196,7 @@ def worker(args: argparse.Namespace) -> dict:
         for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:  # rotate the order
             t0, c0 = time.perf_counter(), time.process_time()
             steps[mode](batch)
+            synchronize(args.device)
             wall[mode].append(time.perf_counter() - t0)
             cpu[mode].append(time.process_time() - c0)
     base = modes[0]
@@ -243,6 +251,7 @@ def main() -> None:
     parser.add_argument("--phase-reps", type=int, default=6, help="repetitions of the phase breakdown (0: none)")
     parser.add_argument("--no-memory", action="store_true", help="skip the per-mode peak-memory subprocesses")
     parser.add_argument("--json", help="also write the results here")
+    add_device_argument(parser)
     parser.add_argument("--mode", choices=(*MODES, "timing"), help=argparse.SUPPRESS)  # worker subprocess
     args = parser.parse_args()
     if args.mode:

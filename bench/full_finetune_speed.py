@@ -41,6 +41,13 @@ backward (clipped sum), noise, Adam; with ``--materialize`` also the engine forc
 materialise per-example gradients of every linear (memory: b × weights).
 
     python bench/full_finetune_speed.py [--configs ...] [--batch 8] [--k-neg 2] [--steps 3] [--threads 1]
+                                        [--device cuda] [--dtype bfloat16] [--json FILE]
+
+``--device`` (``bench/_device.py``): model, batches and noise on that device; each timed step and
+phase ends when the device's queued work does. ``--dtype bfloat16``: the decoder's frozen base
+model and cache in bfloat16 (``hf_causal_lora``'s ``dtype``; LoRA factors stay float32); the
+BERT-style configurations have no dtype option and stay float32. ``--json FILE``: the results in
+FILE (one JSON) instead of appended to ``bench/results/full_finetune_speed.jsonl``.
 
 Results: a markdown table on stdout, one JSON line per configuration appended to
 ``bench/results/full_finetune_speed.jsonl``.
@@ -58,6 +65,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _device import add_device_argument, batches_to, place, synchronize
 from step_phases import phase_table
 
 MODES = ("nonprivate", "dp", "dp_randn", "dp_no_noise", "opacus_ghost")
@@ -106,10 +114,12 @@ def setup(args: argparse.Namespace):
     model, finetune = args.config.rsplit("-", 1)
     graph = load_bundled_citeseer().subgraph(torch.arange(args.entities))
     if model == "llama":
-        encoder = HfCausalEncoder(HfCausalParams(model=args.model_dir, max_length=args.max_length))
+        encoder = HfCausalEncoder(HfCausalParams(model=args.model_dir, max_length=args.max_length,
+                                                 device=args.device, dtype=args.dtype))
     else:
         encoder = HfLoraEncoder(HfLoraParams(model="minilm" if model == "minilm" else args.model_dir,
                                              finetune=finetune, max_length=args.max_length))
+    place(encoder, args.device)
     encoder.prepare(graph)
     encoder.train()
     training = TrainingConfig(optimizer="adam", lr=1e-5)
@@ -124,6 +134,7 @@ def setup(args: argparse.Namespace):
         neg = torch.randint(0, graph.num_nodes, (args.batch, args.k_neg), generator=data)
         which = torch.randint(0, 2, (args.batch, args.k_neg), generator=data)
         batches.append(TupleBatch(pos, neg, torch.gather(pos, 1, which)))
+    batches = batches_to(batches, args.device)
 
     def ours(fn, noise):
         def step(batch, series=None) -> None:
@@ -158,6 +169,7 @@ def opacus_ghost_step(args: argparse.Namespace, encoder, optimizer, noise):
     gsm.remove_hooks()  # hooks (even disabled ones) only while an Opacus step runs: not on the other modes
     params = list(encoder.trainable_parameters())
     target = F.normalize(torch.randn(4096, encoder.dim, generator=torch.Generator().manual_seed(7)), dim=-1)
+    target = target.to(encoder.device)
 
     class TwoPhases(DPTensorFastGradientClipping):
         """Opacus' backward (first backward → norms → rescaled second backward), timed per pass."""
@@ -222,6 +234,7 @@ def worker(args: argparse.Namespace) -> dict:
     for batch in batches[: args.warmup]:
         for mode in modes:
             steps[mode](batch)
+    synchronize(args.device)
     wall: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     load_before = os.getloadavg()[0]
@@ -229,6 +242,7 @@ def worker(args: argparse.Namespace) -> dict:
         for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:  # rotate the order
             t0, c0 = time.perf_counter(), time.process_time()
             steps[mode](batch)
+            synchronize(args.device)
             wall[mode].append(time.perf_counter() - t0)
             cpu[mode].append(time.process_time() - c0)
 
@@ -266,6 +280,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--clip", type=float, default=0.1)
     parser.add_argument("--sigma", type=float, default=1.0)
+    add_device_argument(parser)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="dtype of the decoder's (llama-lora) frozen base model and cache")
+    parser.add_argument("--json", help="write the results here (one JSON) instead of appending to " + RESULTS.name)
     parser.add_argument("--config", choices=CONFIGS, help=argparse.SUPPRESS)  # worker subprocess
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -317,6 +335,9 @@ def main() -> None:
           "Opacus ghost: one example per sequence (its per-sample losses cannot express tuple losses), "
           "torch.randn noise. (CPU time): the same paired ratio of process CPU time (one thread: the work "
           "done, less sensitive to other processes). load: 1-min load average before and after the timed steps.")
+    if args.json:  # instead of the project's results file (bench/gpu_check.py's runs stay out of it)
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+        return
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     with RESULTS.open("a") as f:

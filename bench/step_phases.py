@@ -43,10 +43,17 @@ class RandnNoise(GaussianNoise):
                 t.add_(torch.randn_like(t), alpha=std)
 
 
+def _synchronize() -> None:
+    """Wait for queued CUDA work, if any was started (a phase on the GPU ends when its kernels do)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def timed(series: Series | None, name: str, fn: Callable[[], Any]) -> Any:
     """``fn()``; its wall time appended to ``series[name]`` (nothing kept if ``series`` is None)."""
     t0 = time.perf_counter()
     result = fn()
+    _synchronize()
     if series is not None:
         series.setdefault(name, []).append(time.perf_counter() - t0)
     return result
