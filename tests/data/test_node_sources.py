@@ -112,6 +112,43 @@ def test_a_bad_pyg_node_graph_is_refused_naming_the_file(tmp_path: Path, change:
         load_data(DataConfig(source="pyg", path=tmp_path / "g.pt"))
 
 
+def test_a_pyg_part_with_node_ids_keeps_the_whole_graphs_keyed_split(tmp_path: Path) -> None:
+    # a site's part of a larger graph carries the whole graph's ids: the keyed random split then
+    # puts each node on the side it has in the whole graph (same rule, same nodes)
+    ids = [f"paper-{i}" for i in range(6)]
+    torch.save(_pyg_data(node_ids=ids), tmp_path / "whole.pt")
+    whole = load_data(DataConfig(source="pyg", path=tmp_path / "whole.pt"))
+    assert whole.node_ids == ids
+    keep = [0, 2, 4, 5]
+    data = _pyg_data()
+    part = type(data)(x=data.x[keep], y=data.y[keep], edge_index=torch.tensor([[0, 2], [1, 3]]),
+                      num_nodes=len(keep), node_ids=[ids[i] for i in keep])
+    torch.save(part, tmp_path / "part.pt")
+    site = load_data(DataConfig(source="pyg", path=tmp_path / "part.pt"))
+    assert site.node_ids == [ids[i] for i in keep]
+
+    def side(graph: NodeGraph) -> dict[str, str]:
+        split = random_node_split(graph, 0.3, 0.3, key=7)
+        return {graph.node_ids[int(i)]: name for name, nodes in
+                (("train", split.train), ("val", split.val), ("test", split.test)) for i in nodes}
+
+    whole_sides = side(whole)
+    assert len(set(whole_sides.values())) == 3  # the key splits these six nodes three ways
+    assert side(site) == {i: whole_sides[i] for i in side(site)}
+
+
+@pytest.mark.parametrize(("node_ids", "message"), [
+    (["a", "b", "c"], r"g\.pt: node_ids holds 3 ids for 6 nodes"),
+    (["a", "b", "c", "d", "e", "a"], r"g\.pt: node_ids\[5\] repeats the id 'a'"),
+    (["a", "b", "", "d", "e", "f"], r"g\.pt: node_ids\[2\] is empty"),
+    ("abcdef", r"g\.pt: node_ids must be a list of 6 ids"),
+])
+def test_bad_pyg_node_ids_are_refused_naming_the_file(tmp_path: Path, node_ids: object, message: str) -> None:
+    torch.save(_pyg_data(node_ids=node_ids), tmp_path / "g.pt")
+    with pytest.raises(DataError, match=message):
+        load_data(DataConfig(source="pyg", path=tmp_path / "g.pt"))
+
+
 # -------------------------------------------------------------------------- edge_list (CSV)
 
 

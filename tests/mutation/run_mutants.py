@@ -1193,6 +1193,12 @@ MUTANTS: tuple[Mutant, ...] = (
           "    pass  # MUTANT\n"),),
     ),
     Mutant(
+        "pyg-node-ids", "a pyg part's own node ids (the keyed split would renumber a site's nodes 0..n-1)",
+        (("plugins/graphveil/plugins/standard/sources/pyg.py",
+          "        graph = replace(graph, node_ids=ids)\n",
+          "        pass  # MUTANT\n"),),
+    ),
+    Mutant(
         "node-table-ragged", "the refusal of feature vectors of different lengths in a list column",
         (("framework/graphveil/data/node_table.py",
           "    if ragged.size:\n",

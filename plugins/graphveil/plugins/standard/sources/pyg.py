@@ -137,12 +137,35 @@ def _public_split(data: Any, ids: list[str], source: str) -> PublicSplit | None:
     return PublicSplit(*side)
 
 
+def _pyg_node_ids(values: Any, n: int, source: str) -> list[str] | None:
+    """The ``node_ids`` attribute as n distinct non-empty strings, or None if absent."""
+    if values is None:
+        return None
+    if isinstance(values, torch.Tensor):
+        values = values.tolist()
+    if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
+        raise DataError(f"{source}: node_ids must be a list of {n} ids, got {type(values).__name__}")
+    ids = [str(v) for v in values]
+    if len(ids) != n:
+        raise DataError(f"{source}: node_ids holds {len(ids)} ids for {n} nodes")
+    seen: set[str] = set()
+    for i, v in enumerate(ids):
+        if not v:
+            raise DataError(f"{source}: node_ids[{i}] is empty")
+        if v in seen:
+            raise DataError(f"{source}: node_ids[{i}] repeats the id {v!r}")
+        seen.add(v)
+    return ids
+
+
 def load_pyg_nodes(data_or_path: Any, *, name: str | None = None, source: str | None = None) -> NodeGraph:
     """A ``torch_geometric.data.Data`` with ``x``, ``y`` and ``edge_index`` (or the path of a
     ``torch.save``'d one) as a node graph: ``x`` finite, ``y`` one class index per node
     (negative: unlabelled), at least two classes, names from ``label_names`` if present;
-    ``train_mask`` / ``val_mask`` / ``test_mask`` (bool) kept as the public split. Node ids are
-    ``"0".."n-1"``; self-loops and repeated edges dropped, reverse edges added (``notes``)."""
+    ``train_mask`` / ``val_mask`` / ``test_mask`` (bool) kept as the public split. Node ids come
+    from a ``node_ids`` attribute (n distinct ids, e.g. a site's part of a larger graph, so the
+    keyed node split follows the whole graph's), else ``"0".."n-1"``; self-loops and repeated
+    edges dropped, reverse edges added (``notes``)."""
     from torch_geometric.data import Data
 
     where, data, default = _pyg_data(data_or_path)
@@ -159,6 +182,9 @@ def load_pyg_nodes(data_or_path: Any, *, name: str | None = None, source: str | 
         raise DataError(f"{source}: y holds {found}; node classification needs at least two classes")
     graph = node_graph_from_pyg(Data(x=x, y=y, edge_index=data.edge_index, num_nodes=n),
                                 name=name or default, source=source, class_names=names)
+    ids = _pyg_node_ids(getattr(data, "node_ids", None), n, source)
+    if ids is not None:
+        graph = replace(graph, node_ids=ids)
     split = _public_split(data, graph.node_ids, source)
     return graph if split is None else replace(graph, public_split=split)
 
