@@ -46,6 +46,7 @@ from graphveil.run.config import (
     RunConfig,
     apply_overrides,
     config_from_dict,
+    drop_source_options,
     merge_config,
     parse_override,
 )
@@ -123,10 +124,6 @@ ROWS: list[tuple[str, str, dict[str, Any]]] = [
 #: ``privacy.target_epsilon``: private rows). Every other ``--set`` reaches every row.
 ROW_SECTIONS = ("sampler", "clipper", "accountant", "privacy")
 
-#: The ``data`` keys of every source (graphveil.run.config.DataConfig); the rest belong to the source.
-DATA_KEYS = ("split", "max_entities", "classes")
-
-
 def _holds(raw: Mapping[str, Any], section: str, option: str) -> bool:
     """Whether a ``--set section.option`` reaches this row (see :data:`ROW_SECTIONS`)."""
     if section not in ROW_SECTIONS or not isinstance(raw.get(section), dict):
@@ -179,9 +176,8 @@ def demo_configs(quick: bool = False, root: Path | None = None, progress: bool =
                 raw["sampler"][option] = value
         if raw["privacy"].get("enabled", True):
             raw["privacy"] = {"enabled": True, "target_epsilon": target_epsilon}
-        if any(parts == ["data", "source"] for _, parts, _ in parsed):
-            # another data source: drop the bundled source's own options (e.g. planetoid's name)
-            raw["data"] = {k: v for k, v in raw["data"].items() if k in DATA_KEYS}
+        # another data source: drop the bundled source's own options (e.g. planetoid's name)
+        raw = drop_source_options(raw, [text for text, _, _ in parsed])
         for text, parts, _value in parsed:
             if len(parts) > 1 and not _holds(raw, parts[0], parts[1]):
                 continue  # e.g. sampler.degree_cap on the edge-level row

@@ -24,10 +24,15 @@ from typing import Any
 
 import torch
 
-from graphveil.apps.demo import DATA_KEYS
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.contract.units import PrivacyUnit, UnitKind
-from graphveil.run.config import RunConfig, apply_overrides, config_from_dict, parse_override
+from graphveil.run.config import (
+    RunConfig,
+    apply_overrides,
+    config_from_dict,
+    drop_source_options,
+    parse_override,
+)
 from graphveil.run.runner import planned_unit, sweep_cell
 from graphveil.run.session import TrainingSession
 
@@ -170,8 +175,7 @@ def with_overrides(raw: dict[str, Any], overrides: Sequence[str], reached: dict[
     """Apply the ``--set`` texts to one row's ``raw`` config where their section exists (a
     ``method.…`` reaches the GAP and DPDGC rows, not the MLP's), counting the rows each reached.
     ``data.source`` drops the bundled source's own options (planetoid's ``name``) first."""
-    if any(parse_override(text)[0] == ["data", "source"] for text in overrides):
-        raw["data"] = {k: v for k, v in raw["data"].items() if k in DATA_KEYS}
+    raw.update(drop_source_options(raw, list(overrides)))
     for text in overrides:
         if _applies(raw, text):
             apply_overrides(raw, [text])
