@@ -248,12 +248,14 @@ def node_labels(column: Any, name: str, source: str, option: str) -> tuple[np.nd
     return y.astype(np.int64), class_names
 
 
-def sparse_features(table: Any, id_col: str, ids: list[str], source: str,
-                    num_features: int | None, option: str) -> np.ndarray:
-    """``(n, F)`` float32 from a long table (node id, ``feature``, optional ``value``)."""
+def sparse_features(table: Any, columns: NodeColumns, ids: list[str], source: str) -> np.ndarray:
+    """``(n, F)`` float32 from a long table (node id ``columns.id_col``, ``feature``, optional
+    ``value``) of width ``columns.num_features`` (or inferred), for the nodes ``ids``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    id_col, num_features = columns.id_col, columns.num_features
+    option = f"{columns.prefix}features_table"
     names = table.column_names
     for col in (id_col, FEATURE):
         _present(names, col, source, option)

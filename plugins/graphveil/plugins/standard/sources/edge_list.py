@@ -160,17 +160,24 @@ def read_edge_records(
     return EdgeRecords(source, pairs, lines)
 
 
-def _entity_format(path: Path, text: str) -> str | None:
-    """``"jsonl"``, or the delimiter of a CSV/TSV table."""
+def _suffix_format(path: Path) -> str | None:
+    """``"jsonl"`` or the delimiter a table's extension names; None if it names neither."""
     suffix = path.suffix.lower()
     if suffix in JSONL_SUFFIXES:
         return "jsonl"
     if suffix == ".csv":
         return ","
-    if suffix in TAB_SUFFIXES:
-        return "\t"
-    first = first_line(text)
+    return "\t" if suffix in TAB_SUFFIXES else None
+
+
+def _line_format(first: str) -> str:
+    """``"jsonl"``, or the delimiter of a CSV/TSV table, from its first line."""
     return "jsonl" if first.lstrip().startswith("{") else "\t" if "\t" in first else ","
+
+
+def _entity_format(path: Path, text: str) -> str:
+    """``"jsonl"``, or the delimiter of a CSV/TSV table: by extension, else from the first line."""
+    return _suffix_format(path) or _line_format(first_line(text))
 
 
 def _jsonl_entities(
@@ -278,17 +285,12 @@ def load_edge_list(
 
 
 def _arrow_format(path: Path) -> str:
-    """``"jsonl"``, or the delimiter of a CSV/TSV table: by extension, else from the first line."""
-    suffix = path.suffix.lower()
-    if suffix in JSONL_SUFFIXES:
-        return "jsonl"
-    if suffix == ".csv":
-        return ","
-    if suffix in TAB_SUFFIXES:
-        return "\t"
-    with path.open("rb") as f:
-        head = first_line(f.read(1 << 16).decode("utf-8", "replace"))
-    return "jsonl" if head.lstrip().startswith("{") else "\t" if "\t" in head else ","
+    """As :func:`_entity_format`, reading only the file's head when the extension says nothing."""
+    fmt = _suffix_format(path)
+    if fmt is None:
+        with path.open("rb") as f:
+            fmt = _line_format(first_line(f.read(1 << 16).decode("utf-8", "replace")))
+    return fmt
 
 
 def read_arrow_table(path: str | os.PathLike[str], wanted: Any, id_col: str) -> Any:
@@ -335,8 +337,7 @@ def load_edge_list_nodes(
     del table  # the features are in nodes.x now: the table's memory is free for the edges
     if columns.features_table is not None:
         sparse = read_arrow_table(columns.features_table, lambda names: names, columns.id_col)
-        nodes.x = sparse_features(sparse, columns.id_col, nodes.ids, columns.features_table,
-                                  columns.num_features, f"{columns.prefix}features_table")
+        nodes.x = sparse_features(sparse, columns, nodes.ids, columns.features_table)
     edges = read_edge_records(edges_path, set(nodes.ids), source_col=source_col, target_col=target_col,
                               option_prefix=columns.prefix)
     return build_node_graph(name or Path(edges_path).stem, nodes, edges)

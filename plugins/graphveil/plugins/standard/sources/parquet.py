@@ -270,8 +270,7 @@ def load_parquet_nodes(
     del table
     if columns.features_table is not None:
         sparse = _read_table(columns.features_table, lambda names: names)
-        nodes.x = sparse_features(sparse, columns.id_col, nodes.ids, columns.features_table,
-                                  columns.num_features, f"{columns.prefix}features_table")
+        nodes.x = sparse_features(sparse, columns, nodes.ids, columns.features_table)
     chunks = read_parquet_edges(edges_path, source_col=source_col, target_col=target_col,
                                 option_prefix=columns.prefix)
     return build_node_graph(name or Path(edges_path).stem, nodes, chunks)

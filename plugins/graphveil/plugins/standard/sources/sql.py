@@ -609,8 +609,7 @@ def read_sql_nodes(rows: _Rows, columns: NodeColumns, chunk_rows: int, sparse: _
     if sparse is not None:
         names = sparse.columns()
         wanted = [c for c in (columns.id_col, FEATURE, VALUE) if c in names]
-        nodes.x = sparse_features(sparse.arrow(wanted, chunk_rows), columns.id_col, nodes.ids,
-                                  sparse.source, columns.num_features, f"{columns.prefix}features_table")
+        nodes.x = sparse_features(sparse.arrow(wanted, chunk_rows), columns, nodes.ids, sparse.source)
     return nodes
 
 
