@@ -139,8 +139,8 @@ def test_a_pyg_part_with_node_ids_keeps_the_whole_graphs_keyed_split(tmp_path: P
 
 @pytest.mark.parametrize(("node_ids", "message"), [
     (["a", "b", "c"], r"g\.pt: node_ids holds 3 ids for 6 nodes"),
-    (["a", "b", "c", "d", "e", "a"], r"g\.pt: node_ids\[5\] repeats the id 'a'"),
-    (["a", "b", "", "d", "e", "f"], r"g\.pt: node_ids\[2\] is empty"),
+    (["a", "b", "c", "d", "e", "a"], r"g\.pt: node_ids, row 5: duplicate entity id 'a' \(first at row 0\)"),
+    (["a", "b", "", "d", "e", "f"], r"g\.pt: node_ids, row 2: empty entity id"),
     ("abcdef", r"g\.pt: node_ids must be a list of 6 ids"),
 ])
 def test_bad_pyg_node_ids_are_refused_naming_the_file(tmp_path: Path, node_ids: object, message: str) -> None:

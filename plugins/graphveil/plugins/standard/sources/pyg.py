@@ -22,7 +22,13 @@ from graphveil.contract.data_source import DataSource
 from graphveil.contract.errors import DataError
 from graphveil.data.graph import RelationalGraph
 from graphveil.data.node_graph import NodeGraph, PublicSplit, node_graph_from_pyg
-from graphveil.data.validate import assemble, check_features, check_index_range, check_texts
+from graphveil.data.validate import (
+    assemble,
+    check_features,
+    check_index_range,
+    check_texts,
+    index_entities,
+)
 from graphveil.plugins.standard.sources._options import SourceOptions
 
 
@@ -148,13 +154,7 @@ def _pyg_node_ids(values: Any, n: int, source: str) -> list[str] | None:
     ids = [str(v) for v in values]
     if len(ids) != n:
         raise DataError(f"{source}: node_ids holds {len(ids)} ids for {n} nodes")
-    seen: set[str] = set()
-    for i, v in enumerate(ids):
-        if not v:
-            raise DataError(f"{source}: node_ids[{i}] is empty")
-        if v in seen:
-            raise DataError(f"{source}: node_ids[{i}] repeats the id {v!r}")
-        seen.add(v)
+    index_entities(ids, f"{source}: node_ids", list(range(n)), "row")  # empty or repeated ids
     return ids
 
 
