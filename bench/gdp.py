@@ -78,7 +78,7 @@ GAP_DROPOUT = ["method.encoder_dropout=0.5"]
 GRAPH_SHARE = "method.noise_scale={} method.embedding_training.epochs=1"
 #: DP-Emb without that group (non-private, edge level): 100 epochs at σ (the example ships the
 #: node-level share above)
-EMB_FULL = GRAPH_SHARE.format(1).replace("epochs=1", "epochs=100").split()
+EMB_FULL = ["method.noise_scale=1", "method.embedding_training.epochs=100"]
 
 #: (setting, method, config, overrides, target ε or None for non-private, paper 4's Cora value)
 ROWS: list[tuple[str, str, str, list[str], float | None, float | None]] = [
