@@ -183,6 +183,9 @@ class FakeSession:
     def trainable_state(self) -> dict[str, torch.Tensor]:
         return self.encoder.trainable_state()
 
+    def start_releases_from(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return dict(state)  # nothing is released before training: every key is the model's
+
     def load_trainable_state(self, state: Mapping[str, torch.Tensor]) -> None:
         self.encoder.load_trainable_state(state)
 
@@ -341,10 +344,12 @@ NODE_TASK_RUN_CONFIG: dict[str, Any] = {
     "task.accountant.name": "node_rdp", "task.training.lr": 0.01,
     "task.privacy.noise_multiplier": 1.0,
 }
-#: GAP on top of it: encoder and aggregates recomputed at the site every round, classifier shared.
+#: GAP on top of it: encoder and classifier shared (the encoder trained at each site every round
+#: from the server's weights; round 1 from ``encoder_seed``), aggregates recomputed at the site.
 GAP_RUN_CONFIG: dict[str, Any] = {
     **NODE_TASK_RUN_CONFIG,
     "task.method.name": "gap", "task.method.hops": 2, "task.method.hidden": 16, "task.method.encoder_layers": 1,
+    "task.method.encoder_seed": 0,
     "task.method.encoder_training.epochs": 2, "task.method.encoder_training.batch_size": 32,
     "task.method.encoder_training.lr": 0.01, "task.method.encoder_training.clip_norm": 1.0,
     "task.task.features": "released:gap_aggregates",

@@ -280,13 +280,16 @@ def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, confi
         "noise-multiplier": sigma,
     }
     try:
+        stage.now = "handing the releases their weights to start from"
+        # GAP's encoder starts from the server's (none in round 1: the task's seeded initialisation)
+        model_state = session.start_releases_from(incoming)
         stage.now = "preparing the session (loading the site's graph, the releases before training)"
         session.prepare()
         stage.now = "checking the server's arrays against the task's parameters"
         if incoming:  # none: the server holds no model yet (round 1 of a node task); the task's own start
             if problem := _shape_problem(incoming, session.trainable_state()):
                 raise ValueError(f"server arrays: {problem}")
-            session.load_trainable_state(incoming)
+            session.load_trainable_state(model_state)
         stage.lap("reserve")  # arrays checked and loaded, spend reserved in the ledger
         stage.now = "training"
         # one learning-rate schedule over the federation (training.steps = rounds × local steps):
@@ -427,16 +430,9 @@ def _decoded_arrays(content: RecordDict, max_abs: float) -> dict[str, Any]:
 def _shape_problem(incoming: dict[str, Any], expected: dict[str, Any]) -> str | None:
     """What is wrong with the keys, shapes or dtypes of ``incoming`` against the session's
     trainable state, or ``None``."""
-    missing, extra = sorted(set(expected) - set(incoming)), sorted(set(incoming) - set(expected))
-    if missing or extra:
-        key = (missing or extra)[0]
-        return (f"key {key!r} is {'missing' if missing else 'not a trainable parameter of this task'} "
-                f"({len(missing)} missing, {len(extra)} unexpected)")
-    for key, want in expected.items():
-        value = incoming[key]
-        if tuple(value.shape) != tuple(want.shape) or value.dtype != want.dtype:
-            return f"key {key!r} is {value.dtype} {list(value.shape)}, expected {want.dtype} {list(want.shape)}"
-    return None
+    from graphveil.contract.model import state_problem
+
+    return state_problem(incoming, expected)
 
 
 def _public_state(session: Any) -> dict[str, Any] | None:
