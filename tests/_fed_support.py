@@ -354,6 +354,28 @@ GAP_RUN_CONFIG: dict[str, Any] = {
     "task.method.encoder_training.lr": 0.01, "task.method.encoder_training.clip_norm": 1.0,
     "task.task.features": "released:gap_aggregates",
 }
+#: DP-SAGE (paper 4's baseline, Daigavane et al.): GraphSAGE on rooted subgraphs, rooted_rdp
+#: charging the hypergeometric count of the G = 1 + 2D examples one node reaches (D = 168 here:
+#: a large σ keeps one round within a test budget). Shared: the GraphSAGE weights.
+DP_SAGE_RUN_CONFIG: dict[str, Any] = {
+    **{k: v for k, v in NODE_TASK_RUN_CONFIG.items() if not k.startswith("task.model.")},
+    "task.task.name": "rooted_node_classification", "task.task.predictions": "released:dp_sage_outputs",
+    "task.method.name": "dp_sage", "task.model.name": "sage", "task.model.hidden": 16, "task.model.layers": 1,
+    "task.model.seed": 0,
+    "task.sampler.name": "root_subgraphs", "task.sampler.num_hops": 1, "task.accountant.name": "rooted_rdp",
+    "task.privacy.noise_multiplier": 40.0,
+}
+#: DPDGC: DP-Emb (per-node adjacency embedding, group 2D + 1 at node level: a very large σ here)
+#: released at the site every round against the task's projection R, the LINKX classifier shared.
+DPDGC_RUN_CONFIG: dict[str, Any] = {
+    **{k: v for k, v in NODE_TASK_RUN_CONFIG.items() if not k.startswith("task.model.")},
+    "task.method.name": "dpdgc", "task.method.hidden": 16, "task.method.embedding_training.epochs": 2,
+    "task.method.embedding_training.batch_size": 64, "task.method.embedding_training.lr": 0.01,
+    "task.method.embedding_training.clip_norm": 1.0, "task.method.projection_seed": 0,
+    "task.task.features": "released:dpdgc_embedding",
+    "task.model.name": "linkx", "task.model.hidden": 16, "task.model.layers": 2, "task.model.embedding_width": 16,
+    "task.model.seed": 0, "task.privacy.noise_multiplier": 400.0,
+}
 #: A node-classification site at paper 4's node level, D = 168 (Cora's largest degree).
 NODE_SITE_POLICY: dict[str, Any] = {"delta": 1e-4, "privacy-unit": "node", "task-kind": "node_classification",
                                     "degree-bound": 168}

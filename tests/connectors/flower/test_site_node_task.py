@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 from _fed_support import (
+    DP_SAGE_RUN_CONFIG,
+    DPDGC_RUN_CONFIG,
     GAP_RUN_CONFIG,
     NODE_SITE_POLICY,
     NODE_TASK_RUN_CONFIG,
@@ -308,18 +310,6 @@ def test_without_a_global_model_the_first_is_the_step_weighted_mean_of_the_repli
     assert metrics["sites-trained"] == 2 and metrics["sites-failed"] == 1
 
 
-#: DP-SAGE (paper 4's baseline, Daigavane et al.): GraphSAGE on rooted subgraphs, rooted_rdp
-#: charging the hypergeometric count of the G = 1 + 2D examples one node reaches (D = 168 here:
-#: a large σ keeps one round within a test budget).
-DP_SAGE_RUN_CONFIG = {
-    **{k: v for k, v in NODE_TASK_RUN_CONFIG.items() if not k.startswith("task.model.")},
-    "task.task.name": "rooted_node_classification", "task.task.predictions": "released:dp_sage_outputs",
-    "task.method.name": "dp_sage", "task.model.name": "sage", "task.model.hidden": 16, "task.model.layers": 1,
-    "task.sampler.name": "root_subgraphs", "task.sampler.num_hops": 1, "task.accountant.name": "rooted_rdp",
-    "task.privacy.noise_multiplier": 40.0,
-}
-
-
 @pytest.mark.slow
 @pytest.mark.usefixtures("flower_task")
 def test_a_dp_sage_round_shares_the_sage_weights_and_accounts_its_rooted_steps(tmp_path: Path) -> None:
@@ -367,18 +357,6 @@ def test_a_gap_round_past_the_budget_is_refused_before_any_release_runs(tmp_path
     assert dict(session.released) == {} and not session.accountant.events_rdp().any()
     with PrivacyLedger(cfg["ledger"], create=False) as ledger:
         assert [e.status for e in ledger.entries()] == ["refused"]
-
-
-#: DPDGC: DP-Emb (per-node adjacency embedding, group 2D + 1 at node level: a very large σ here)
-#: released at the site every round, the LINKX classifier shared.
-DPDGC_RUN_CONFIG = {
-    **{k: v for k, v in NODE_TASK_RUN_CONFIG.items() if not k.startswith("task.model.")},
-    "task.method.name": "dpdgc", "task.method.hidden": 16, "task.method.embedding_training.epochs": 2,
-    "task.method.embedding_training.batch_size": 64, "task.method.embedding_training.lr": 0.01,
-    "task.method.embedding_training.clip_norm": 1.0, "task.task.features": "released:dpdgc_embedding",
-    "task.model.name": "linkx", "task.model.hidden": 16, "task.model.layers": 2, "task.model.embedding_width": 16,
-    "task.privacy.noise_multiplier": 400.0,
-}
 
 
 @pytest.mark.slow
