@@ -22,16 +22,20 @@ public (a function of the task and the site's policy) or covered by the accounte
    refuse the round if it would pass the budget (ε values only if the site set ``share-epsilon``);
    for a plan with releases before training, the whole round — those releases and the steps
    (:meth:`~graphveil.run.session.TrainingSession.planned_rdp`) — is reserved at once;
-4. from here on the reply is a trained one whatever happens: prepare the graph (edge level),
-   check the arrays' keys and shapes, load them (none: round 1 of a node task, whose server
-   holds no model yet — the task's own initialisation), run the local DP steps and confirm the spend
+4. from here on the reply is a trained one whatever happens: hand the releases before training
+   their part of the arrays (``<release>/<weight>``: GAP's encoder starts from the server's),
+   prepare the graph (edge level) and run those releases, check the arrays' keys and shapes, load
+   the model's (none: round 1 of a node task, whose server holds no model yet — the task's own
+   initialisation), run the local DP steps and confirm the spend
    (:meth:`PrivacyLedger.release`). A failure is charged in full (withheld) and answered with
    the server's own arrays; non-finite examples never fail a step
    (:mod:`graphveil.engine.dp_step`). The learning-rate schedule spans the whole federation
    (``training.steps`` = rounds × local steps): round ``r`` trains at its positions
    ``(r-1)·local_steps …``, though the session (and the optimizer's state) is new each round;
 5. tell lifecycle plugins at the site (``graphveil_run_end`` with ``run_dir=None``), then reply
-   with the updated parameters and public scalars (:mod:`.records`) — nothing else leaves but
+   with the updated parameters (the model's and the weights its releases share, each the output
+   of an accounted DP-SGD stage: :meth:`~graphveil.run.session.TrainingSession.trainable_state`)
+   and public scalars (:mod:`.records`) — nothing else leaves but
    the ledger's witness head: every reply sent after the ledger was opened (trained, refused or
    failed) carries it, for the server's witness (:mod:`graphveil.ledger.witness`); a reply
    refused before (node config, policy, arrays) carries none, as the site has not touched its
