@@ -7,9 +7,11 @@ Per method (DP-MLP, GAP) and seed:
   encoder and aggregates once), σ calibrated so that the site's ε is the target;
 * **federated**: the real site code (``handle_train``: policy, ledger reservation, DP rounds)
   for ``rounds`` rounds of ``local-steps`` steps, the server's FedAvg in between (round 1 from
-  the task's seeded initialisation); GAP recomputes its encoder and aggregates every round, so
-  its σ is calibrated to ``rounds`` times those releases plus all the steps; each site's ledger
-  is checked to hold at most the target;
+  the task's seeded initialisation); GAP shares its encoder with the classifier (each round a
+  site trains the encoder from the server's, round 1 from ``encoder_seed``) and recomputes its
+  aggregates at the site, so its σ is calibrated to ``rounds`` times those releases plus all the
+  steps; each site's ledger is checked to hold at most the target; each site is evaluated on the
+  aggregates of its last round with the final global classifier;
 * **centralised**: one run on the union of the parts (the same nodes, the edges the partition
   cut included), ``rounds × local-steps`` steps, σ calibrated for the target on the whole graph.
 
@@ -65,6 +67,7 @@ def _config(task: dict[str, Any], *, sigma: float, steps: int, seed: int) -> Any
     raw = {**task, "name": "fed-node-bench", "seed": seed,
            "data": {"source": "planetoid", "split": {"kind": "random_node"}},  # 10 % val, 15 % test: a site's default
            "model": {**task["model"], "seed": seed},
+           **({"method": {**task["method"], "encoder_seed": seed}} if "method" in task else {}),
            "training": {**task["training"], "steps": steps},
            "privacy": {"noise_multiplier": sigma, "delta": DELTA, "unit": f"node/replacement/D={D}/predictions"},
            "output": {"progress": False}}
@@ -115,9 +118,13 @@ def _as_site_reads(path: Path) -> Any:
 
 
 def _test_hits(session: Any, state: dict[str, torch.Tensor] | None = None) -> tuple[float, int, float]:
-    """Correct test predictions, test nodes, and the hits of predicting the training majority class."""
+    """Correct test predictions, test nodes, and the hits of predicting the training majority class.
+    ``state``: the global model's weights (a release's shared weights, GAP's encoder, are left out:
+    the site's aggregates were computed in its last round)."""
+    from graphveil.run.session import RELEASE_KEY
+
     if state is not None:
-        session.load_trainable_state(state)
+        session.load_trainable_state({k: v for k, v in state.items() if RELEASE_KEY not in k})
     scores = session.evaluate()
     n = int(session.task.split.test.numel())
     return scores["test_accuracy"] * n, n, scores["majority_accuracy"] * n
@@ -157,6 +164,8 @@ def federated(task: dict[str, Any], parts: list[Any], files: list[Path], *, targ
     sigma = calibrate(task, parts, target=target, steps=rounds * local_steps, release_times=rounds * releases)
     fed_task = {k: v for k, v in task.items()}
     fed_task["model"] = {**task["model"], "seed": seed}
+    if "method" in task:  # GAP: every site's first encoder alike (later rounds: the server's)
+        fed_task["method"] = {**task["method"], "encoder_seed": seed}
     fed_task["privacy"] = {"noise_multiplier": sigma}
     run_config = {"num-server-rounds": rounds, "local-steps": local_steps, "min-sites": len(parts),
                   **{f"task.{k}": v for k, v in _flatten(fed_task).items()}}

@@ -183,6 +183,9 @@ class FakeSession:
     def trainable_state(self) -> dict[str, torch.Tensor]:
         return self.encoder.trainable_state()
 
+    def start_releases_from(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return dict(state)  # nothing is released before training: every key is the model's
+
     def load_trainable_state(self, state: Mapping[str, torch.Tensor]) -> None:
         self.encoder.load_trainable_state(state)
 
@@ -341,13 +344,37 @@ NODE_TASK_RUN_CONFIG: dict[str, Any] = {
     "task.accountant.name": "node_rdp", "task.training.lr": 0.01,
     "task.privacy.noise_multiplier": 1.0,
 }
-#: GAP on top of it: encoder and aggregates recomputed at the site every round, classifier shared.
+#: GAP on top of it: encoder and classifier shared (the encoder trained at each site every round
+#: from the server's weights; round 1 from ``encoder_seed``), aggregates recomputed at the site.
 GAP_RUN_CONFIG: dict[str, Any] = {
     **NODE_TASK_RUN_CONFIG,
     "task.method.name": "gap", "task.method.hops": 2, "task.method.hidden": 16, "task.method.encoder_layers": 1,
+    "task.method.encoder_seed": 0,
     "task.method.encoder_training.epochs": 2, "task.method.encoder_training.batch_size": 32,
     "task.method.encoder_training.lr": 0.01, "task.method.encoder_training.clip_norm": 1.0,
     "task.task.features": "released:gap_aggregates",
+}
+#: DP-SAGE (paper 4's baseline, Daigavane et al.): GraphSAGE on rooted subgraphs, rooted_rdp
+#: charging the hypergeometric count of the G = 1 + 2D examples one node reaches (D = 168 here:
+#: a large σ keeps one round within a test budget). Shared: the GraphSAGE weights.
+DP_SAGE_RUN_CONFIG: dict[str, Any] = {
+    **{k: v for k, v in NODE_TASK_RUN_CONFIG.items() if not k.startswith("task.model.")},
+    "task.task.name": "rooted_node_classification", "task.task.predictions": "released:dp_sage_outputs",
+    "task.method.name": "dp_sage", "task.model.name": "sage", "task.model.hidden": 16, "task.model.layers": 1,
+    "task.model.seed": 0,
+    "task.sampler.name": "root_subgraphs", "task.sampler.num_hops": 1, "task.accountant.name": "rooted_rdp",
+    "task.privacy.noise_multiplier": 40.0,
+}
+#: DPDGC: DP-Emb (per-node adjacency embedding, group 2D + 1 at node level: a very large σ here)
+#: released at the site every round against the task's projection R, the LINKX classifier shared.
+DPDGC_RUN_CONFIG: dict[str, Any] = {
+    **{k: v for k, v in NODE_TASK_RUN_CONFIG.items() if not k.startswith("task.model.")},
+    "task.method.name": "dpdgc", "task.method.hidden": 16, "task.method.embedding_training.epochs": 2,
+    "task.method.embedding_training.batch_size": 64, "task.method.embedding_training.lr": 0.01,
+    "task.method.embedding_training.clip_norm": 1.0, "task.method.projection_seed": 0,
+    "task.task.features": "released:dpdgc_embedding",
+    "task.model.name": "linkx", "task.model.hidden": 16, "task.model.layers": 2, "task.model.embedding_width": 16,
+    "task.model.seed": 0, "task.privacy.noise_multiplier": 400.0,
 }
 #: A node-classification site at paper 4's node level, D = 168 (Cora's largest degree).
 NODE_SITE_POLICY: dict[str, Any] = {"delta": 1e-4, "privacy-unit": "node", "task-kind": "node_classification",

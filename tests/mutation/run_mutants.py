@@ -1131,6 +1131,38 @@ MUTANTS: tuple[Mutant, ...] = (
           "    pass  # MUTANT: evaluated\n"),),
     ),
     Mutant(
+        "gap-encoder-start", "GAP's encoder trained from the weights it was handed (the server's), not its own init",
+        (("plugins/graphveil/plugins/gdp/gap.py",
+          "            load_checked(model, self._start, ENCODER)\n",
+          "            pass  # MUTANT: the given weights are ignored\n"),),
+    ),
+    Mutant(
+        "gap-encoder-shared", "GAP's trained encoder weights in the shared state (sent with the classifier)",
+        (("plugins/graphveil/plugins/gdp/gap.py",
+          "        return {} if self.model is None else self.model.trainable_state()\n",
+          "        return {}  # MUTANT: the encoder is not shared\n"),),
+    ),
+    Mutant(
+        "gap-encoder-seed", "GAP's first encoder from the task's encoder_seed (alike at every site), not the run's seed",
+        (("plugins/graphveil/plugins/gdp/gap.py",
+          "            torch.manual_seed(p.encoder_seed if p.encoder_seed is not None\n"
+          "                              else int(torch.randint(2**62, (1,), generator=self.generator)))\n",
+          "            torch.manual_seed(int(torch.randint(2**62, (1,), generator=self.generator)))  # MUTANT\n"),),
+    ),
+    Mutant(
+        "dpdgc-projection-seed", "DPDGC's projection R from the task's projection_seed (one R across sites and rounds)",
+        (("plugins/graphveil/plugins/gdp/dpdgc.py",
+          "        projection = (self.generator if p.projection_seed is None\n"
+          "                      else torch.Generator().manual_seed(p.projection_seed))\n",
+          "        projection = self.generator  # MUTANT: R follows the run's (the site's) seed\n"),),
+    ),
+    Mutant(
+        "site-release-start", "a site hands the releases their weights (GAP's encoder) before they run",
+        (("connectors/graphveil/connectors/flower/site.py",
+          "        model_state = session.start_releases_from(incoming)\n",
+          "        model_state = incoming  # MUTANT: the releases start from their own init\n"),),
+    ),
+    Mutant(
         "witness-server-reject", "the server's refusal to aggregate an update whose ledger went backwards or forked",
         (("connectors/graphveil/connectors/flower/strategy.py",
           '            if entry["status"] == records.TRAINED:\n'

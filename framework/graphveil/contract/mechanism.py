@@ -14,15 +14,18 @@ which the session calibrates so that the whole plan (releases and steps) meets t
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
+from graphveil.contract.errors import ConfigError
 from graphveil.contract.options import NoParams
 from graphveil.contract.units import PrivacyUnit
 
 if TYPE_CHECKING:  # dp_accounting is imported where events are built: it costs seconds at start-up
     import dp_accounting
+    import torch
 
 
 class Mechanism(ABC):
@@ -57,6 +60,24 @@ class Mechanism(ABC):
         """Called once the data is loaded and split, before σ is calibrated: a release whose
         event depends on data sizes that are public under its unit (the number of training nodes
         under replacement adjacency, for a DP-SGD stage) reads them here."""
+
+    def shared_state(self) -> dict[str, torch.Tensor]:
+        """Weights this release trained that may leave with the run's model (a federated site
+        sends them to the server): only weights its :meth:`event` covers as they are — the output
+        of a DP-SGD stage, not an artifact computed from the data after it (GAP's encoder weights,
+        not its aggregates). Empty before :meth:`release` and for a release that trains nothing
+        (default)."""
+        return {}
+
+    def start_from(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Start the next :meth:`release` from ``state`` (the keys and shapes :meth:`shared_state`
+        gives; a federated round: the server's average) instead of the release's own
+        initialisation. The event does not change: DP-SGD's guarantee holds from any start that is
+        public or itself the output of accounted releases (adaptive composition). Default: a release that shares no
+        weights accepts none."""
+        if state:
+            raise ConfigError(f"{type(self).__name__} trains no weights to start from; got keys "
+                              f"{sorted(state)[:3]}")
 
     @abstractmethod
     def sensitivity(self) -> float:

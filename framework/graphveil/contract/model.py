@@ -19,6 +19,22 @@ from graphveil.contract.options import NoParams
 from graphveil.contract.profiles import ExampleStructure
 
 
+def state_problem(state: Mapping[str, Any], expected: Mapping[str, Any]) -> str | None:
+    """What is wrong with the keys, shapes or dtypes of ``state`` against ``expected`` (a
+    trainable state), or ``None``: checked before loading, as ``copy_`` would broadcast a smaller
+    tensor into a weight silently."""
+    missing, extra = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or extra:
+        key = (missing or extra)[0]
+        return (f"key {key!r} is {'missing' if missing else 'not a trainable parameter of this task'} "
+                f"({len(missing)} missing, {len(extra)} unexpected)")
+    for key, want in expected.items():
+        value = state[key]
+        if tuple(value.shape) != tuple(want.shape) or value.dtype != want.dtype:
+            return f"key {key!r} is {value.dtype} {list(value.shape)}, expected {want.dtype} {list(want.shape)}"
+    return None
+
+
 class Model(torch.nn.Module, ABC):
     """A trainable model; only :meth:`trainable_parameters` are updated (and released).
 

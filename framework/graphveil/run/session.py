@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: separates a release's name from its weight's name in :meth:`TrainingSession.trainable_state`
+#: (model weights are named with dots: ``net.0.weight``)
+RELEASE_KEY = "/"
+
 
 class TrainingSession:
     """Assemble, prepare, train and evaluate one run.
@@ -514,9 +518,49 @@ class TrainingSession:
 
     # ------------------------------------------------------------------ federated helpers
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        return self.encoder.trainable_state()
+        """What a federated site sends: the model's trainable weights and, keyed
+        ``<release>/<weight>`` (:data:`RELEASE_KEY`), the weights a release before training
+        trained and shares (:meth:`~graphveil.contract.mechanism.Mechanism.shared_state`, e.g.
+        GAP's encoder), each covered by its stage's accounted event. A release's part is there
+        once it has run."""
+        state = dict(self.encoder.trainable_state())
+        for release in self.plan.releases:
+            state.update({f"{release.name}{RELEASE_KEY}{k}": v for k, v in release.mechanism.shared_state().items()})
+        return state
+
+    def start_releases_from(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Hand each release before training its keys of ``state`` (``<release>/…``) to start
+        from (:meth:`~graphveil.contract.mechanism.Mechanism.start_from`); returns the rest, the
+        model's, for :meth:`load_trainable_state` once :meth:`prepare` has sized the model.
+
+        :raises ConfigError: once the releases have run (before: after :meth:`prepare_accounting`
+            only), or for a key of no release before training.
+        """
+        parts: dict[str, dict[str, torch.Tensor]] = {}
+        rest: dict[str, torch.Tensor] = {}
+        for key, value in state.items():
+            name, sep, inner = key.partition(RELEASE_KEY)
+            if sep:
+                parts.setdefault(name, {})[inner] = value
+            else:
+                rest[key] = value
+        if not parts:
+            return rest
+        if self._prepared or self.released:
+            raise ConfigError("release weights load before the releases run (before prepare())")
+        releases = {s.name: s.mechanism for s in self.plan.before_training() if isinstance(s, Release)}
+        if unknown := sorted(set(parts) - set(releases)):
+            raise ConfigError(f"trainable state: {unknown[0]!r} is no release before training of this plan "
+                              f"(releases: {sorted(releases) or 'none'})")
+        for name, part in parts.items():
+            releases[name].start_from(part)
+        return rest
 
     def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
+        """The model's weights (no release key: those go to :meth:`start_releases_from`)."""
+        if keys := sorted(k for k in state if RELEASE_KEY in k):
+            raise ConfigError(f"trainable state: {keys[0]!r} is a release's weight; releases start from "
+                              "theirs before they run (start_releases_from)")
         self.encoder.load_trainable_state(state)
 
     def privacy_report(self) -> dict[str, Any]:

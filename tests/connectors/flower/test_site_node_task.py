@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 from _fed_support import (
+    DP_SAGE_RUN_CONFIG,
+    DPDGC_RUN_CONFIG,
     GAP_RUN_CONFIG,
     NODE_SITE_POLICY,
     NODE_TASK_RUN_CONFIG,
@@ -38,6 +40,7 @@ from graphveil.connectors.flower.settings import (
 from graphveil.connectors.flower.site import _real_session, handle_train
 from graphveil.contract.errors import ConfigError
 from graphveil.ledger import PrivacyLedger
+from graphveil.plugins.gdp.common import row_normalise
 
 K_SITE = {"privacy-unit": "k_neighbor", "k-neighbors": 5, "degree-bound": 100}
 K_SITE_NO_D = {"privacy-unit": "k_neighbor", "k-neighbors": 5, "degree-bound": None}
@@ -221,25 +224,55 @@ def test_dp_mlp_rounds_on_a_part_of_cora_train_and_the_ledger_holds_each_spend(t
     assert float(reply.metric_records[records.METRICS]["epsilon"]) == pytest.approx(expected, rel=1e-6)
 
 
+#: GAP whose encoder barely moves in training (Adam: about lr per step), so a round's reply shows
+#: which weights the encoder started from
+GAP_FROZEN_ENCODER = {**GAP_RUN_CONFIG, "task.method.encoder_training.lr": 1e-7}
+ENCODER_KEYS = {"gap_encoder/encoder.0.weight", "gap_encoder/encoder.0.bias", "gap_encoder/head.weight",
+                "gap_encoder/head.bias"}
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("flower_task")
-def test_a_gap_round_reserves_its_releases_and_steps_before_running_them(tmp_path: Path) -> None:
+def test_gap_rounds_share_the_encoder_and_classifier_and_reserve_releases_and_steps(tmp_path: Path) -> None:
+    """Round 1 starts from the task's seeded encoder; round 2 from the server's (here: round 1's
+    reply moved by 0.25): the reply's encoder is within Adam's 1e-7 steps of it and the classifier
+    trained on. The aggregates never join the reply; each round's reservation covers exactly the
+    encoder's DP-SGD, the aggregation hops and the classifier's steps that ran."""
+    from graphveil.privacy.conversion import rdp_to_epsilon
+
     torch.set_num_threads(1)
     part = write_cora_sites(tmp_path / "data")[1]
     cfg = init_site_ledger(_site(tmp_path, **{"data-path": str(part), "site-name": "clinic-b"}))
     built, factory = _sessions()
-    reply = handle_train(records.train_content(records.ArrayRecord(), 1, 3),
-                         site_context(6, cfg, GAP_RUN_CONFIG), session_factory=factory)
-    assert dict(reply.config_records[records.SITE])["status"] == records.TRAINED
-    (session,) = built
-    shapes = {k: tuple(v.numpy().shape) for k, v in reply.array_records[records.ARRAYS].items()}
-    assert shapes["net.0.weight"] == (16, 16 * 3)  # the classifier on [H0 ‖ H1 ‖ H2]: only it is shared
+    first = handle_train(records.train_content(records.ArrayRecord(), 1, 3),
+                         site_context(6, cfg, GAP_FROZEN_ENCODER), session_factory=factory)
+    assert dict(first.config_records[records.SITE])["status"] == records.TRAINED
+    state = records.state_from_arrays(first.array_records[records.ARRAYS])
+    classifier = {"net.0.weight": (16, 16 * 3), "net.0.bias": (16,), "net.2.weight": (7, 16), "net.2.bias": (7,)}
+    assert {k: tuple(v.shape) for k, v in state.items() if k in classifier} == classifier  # on [H0 ‖ H1 ‖ H2]
+    assert set(state) == set(classifier) | ENCODER_KEYS  # nothing of the aggregates
+    sent = {k: v + 0.25 if k in ENCODER_KEYS else v for k, v in state.items()}
+    second = handle_train(records.train_content(records.arrays_from_state(sent), 2, 3),
+                          site_context(6, cfg, GAP_FROZEN_ENCODER), session_factory=factory)
+    assert dict(second.config_records[records.SITE])["status"] == records.TRAINED
+    back = records.state_from_arrays(second.array_records[records.ARRAYS])
+    for key in ENCODER_KEYS:  # started from the server's encoder, not from the seeded one
+        assert torch.allclose(back[key], sent[key], atol=1e-4) and not torch.allclose(back[key], state[key], atol=0.1)
+    assert all(not torch.equal(back[k], sent[k]) for k in classifier)  # trained from the server's classifier
+    first_session, second_session = built
+    assert torch.equal(second_session.released["gap_aggregates"][:, :16],  # H0: the started encoder's rows
+                       row_normalise(second_session.plan.releases[0].mechanism.model.embed(second_session.task.dataset.x)))
     with PrivacyLedger(cfg["ledger"], create=False) as ledger:
-        (entry,) = ledger.entries()
-        assert entry.status == "released" and entry.note == ""  # the reservation covered all that ran
-        events = session.accountant.events_rdp()
-        assert events.max() > 0  # the encoder's DP-SGD and the aggregation hops were accounted
-        assert ledger.spent_epsilon() == pytest.approx(session.accountant.get_epsilon(1e-4), rel=1e-6)
+        entries = ledger.entries()
+        assert [e.status for e in entries] == ["released", "released"]
+        assert all(e.note == "" for e in entries)  # each reservation covered all that ran
+        for session in built:
+            assert session.accountant.events_rdp().max() > 0  # the encoder's DP-SGD and the hops ...
+            assert session.steps_done == 3  # ... and the classifier's steps
+        np.testing.assert_allclose(first_session.accountant.total_rdp(), second_session.accountant.total_rdp())
+        orders = first_session.accountant.orders
+        twice = rdp_to_epsilon(orders, 2 * np.asarray(first_session.accountant.total_rdp()), 1e-4)[0]
+        assert ledger.spent_epsilon() == pytest.approx(twice, rel=1e-6)
 
 
 # ------------------------------------------------------------------------------ the server's first model
@@ -275,18 +308,6 @@ def test_without_a_global_model_the_first_is_the_step_weighted_mean_of_the_repli
     np.testing.assert_allclose(arrays["b"].numpy(), np.full(3, 0.25))
     assert arrays["w"].numpy().dtype == np.float32
     assert metrics["sites-trained"] == 2 and metrics["sites-failed"] == 1
-
-
-#: DP-SAGE (paper 4's baseline, Daigavane et al.): GraphSAGE on rooted subgraphs, rooted_rdp
-#: charging the hypergeometric count of the G = 1 + 2D examples one node reaches (D = 168 here:
-#: a large σ keeps one round within a test budget).
-DP_SAGE_RUN_CONFIG = {
-    **{k: v for k, v in NODE_TASK_RUN_CONFIG.items() if not k.startswith("task.model.")},
-    "task.task.name": "rooted_node_classification", "task.task.predictions": "released:dp_sage_outputs",
-    "task.method.name": "dp_sage", "task.model.name": "sage", "task.model.hidden": 16, "task.model.layers": 1,
-    "task.sampler.name": "root_subgraphs", "task.sampler.num_hops": 1, "task.accountant.name": "rooted_rdp",
-    "task.privacy.noise_multiplier": 40.0,
-}
 
 
 @pytest.mark.slow
@@ -336,18 +357,6 @@ def test_a_gap_round_past_the_budget_is_refused_before_any_release_runs(tmp_path
     assert dict(session.released) == {} and not session.accountant.events_rdp().any()
     with PrivacyLedger(cfg["ledger"], create=False) as ledger:
         assert [e.status for e in ledger.entries()] == ["refused"]
-
-
-#: DPDGC: DP-Emb (per-node adjacency embedding, group 2D + 1 at node level: a very large σ here)
-#: released at the site every round, the LINKX classifier shared.
-DPDGC_RUN_CONFIG = {
-    **{k: v for k, v in NODE_TASK_RUN_CONFIG.items() if not k.startswith("task.model.")},
-    "task.method.name": "dpdgc", "task.method.hidden": 16, "task.method.embedding_training.epochs": 2,
-    "task.method.embedding_training.batch_size": 64, "task.method.embedding_training.lr": 0.01,
-    "task.method.embedding_training.clip_norm": 1.0, "task.task.features": "released:dpdgc_embedding",
-    "task.model.name": "linkx", "task.model.hidden": 16, "task.model.layers": 2, "task.model.embedding_width": 16,
-    "task.privacy.noise_multiplier": 400.0,
-}
 
 
 @pytest.mark.slow

@@ -5,8 +5,9 @@ Server → site (train message): ``arrays`` (the global trainable parameters) an
 
 Site → server (reply), and nothing else:
 
-* ``arrays`` — the site's updated trainable parameters (LoRA adapter weights): post-processing
-  of its DP release; after a failure past the reservation, the server's own arrays unchanged.
+* ``arrays`` — the site's updated trainable parameters (LoRA adapter weights; a node task's model
+  and, keyed ``<release>/<weight>``, the weights a release trained by DP-SGD, e.g. GAP's encoder):
+  post-processing of its DP release; after a failure past the reservation, the server's own arrays unchanged.
   Absent when the site refused the round.
 * ``metrics`` — scalars: :data:`PUBLIC_METRICS` always (the task's own parameters and the site's
   policy, none computed from data); :data:`SPEND_METRICS` only if the site set ``share-epsilon``

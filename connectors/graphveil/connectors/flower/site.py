@@ -22,16 +22,20 @@ public (a function of the task and the site's policy) or covered by the accounte
    refuse the round if it would pass the budget (ε values only if the site set ``share-epsilon``);
    for a plan with releases before training, the whole round — those releases and the steps
    (:meth:`~graphveil.run.session.TrainingSession.planned_rdp`) — is reserved at once;
-4. from here on the reply is a trained one whatever happens: prepare the graph (edge level),
-   check the arrays' keys and shapes, load them (none: round 1 of a node task, whose server
-   holds no model yet — the task's own initialisation), run the local DP steps and confirm the spend
+4. from here on the reply is a trained one whatever happens: hand the releases before training
+   their part of the arrays (``<release>/<weight>``: GAP's encoder starts from the server's),
+   prepare the graph (edge level) and run those releases, check the arrays' keys and shapes, load
+   the model's (none: round 1 of a node task, whose server holds no model yet — the task's own
+   initialisation), run the local DP steps and confirm the spend
    (:meth:`PrivacyLedger.release`). A failure is charged in full (withheld) and answered with
    the server's own arrays; non-finite examples never fail a step
    (:mod:`graphveil.engine.dp_step`). The learning-rate schedule spans the whole federation
    (``training.steps`` = rounds × local steps): round ``r`` trains at its positions
    ``(r-1)·local_steps …``, though the session (and the optimizer's state) is new each round;
 5. tell lifecycle plugins at the site (``graphveil_run_end`` with ``run_dir=None``), then reply
-   with the updated parameters and public scalars (:mod:`.records`) — nothing else leaves but
+   with the updated parameters (the model's and the weights its releases share, each the output
+   of an accounted DP-SGD stage: :meth:`~graphveil.run.session.TrainingSession.trainable_state`)
+   and public scalars (:mod:`.records`) — nothing else leaves but
    the ledger's witness head: every reply sent after the ledger was opened (trained, refused or
    failed) carries it, for the server's witness (:mod:`graphveil.ledger.witness`); a reply
    refused before (node config, policy, arrays) carries none, as the site has not touched its
@@ -280,13 +284,16 @@ def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, confi
         "noise-multiplier": sigma,
     }
     try:
+        stage.now = "handing the releases their weights to start from"
+        # GAP's encoder starts from the server's (none in round 1: the task's seeded initialisation)
+        model_state = session.start_releases_from(incoming)
         stage.now = "preparing the session (loading the site's graph, the releases before training)"
         session.prepare()
         stage.now = "checking the server's arrays against the task's parameters"
         if incoming:  # none: the server holds no model yet (round 1 of a node task); the task's own start
             if problem := _shape_problem(incoming, session.trainable_state()):
                 raise ValueError(f"server arrays: {problem}")
-            session.load_trainable_state(incoming)
+            session.load_trainable_state(model_state)
         stage.lap("reserve")  # arrays checked and loaded, spend reserved in the ledger
         stage.now = "training"
         # one learning-rate schedule over the federation (training.steps = rounds × local steps):
@@ -427,16 +434,9 @@ def _decoded_arrays(content: RecordDict, max_abs: float) -> dict[str, Any]:
 def _shape_problem(incoming: dict[str, Any], expected: dict[str, Any]) -> str | None:
     """What is wrong with the keys, shapes or dtypes of ``incoming`` against the session's
     trainable state, or ``None``."""
-    missing, extra = sorted(set(expected) - set(incoming)), sorted(set(incoming) - set(expected))
-    if missing or extra:
-        key = (missing or extra)[0]
-        return (f"key {key!r} is {'missing' if missing else 'not a trainable parameter of this task'} "
-                f"({len(missing)} missing, {len(extra)} unexpected)")
-    for key, want in expected.items():
-        value = incoming[key]
-        if tuple(value.shape) != tuple(want.shape) or value.dtype != want.dtype:
-            return f"key {key!r} is {value.dtype} {list(value.shape)}, expected {want.dtype} {list(want.shape)}"
-    return None
+    from graphveil.contract.model import state_problem
+
+    return state_problem(incoming, expected)
 
 
 def _public_state(session: Any) -> dict[str, Any] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -49,6 +50,15 @@ class GdpRelease(Mechanism):
 
     def event(self) -> Any:
         return self.event_at(self.sigma())
+
+
+def load_checked(model: Any, state: Mapping[str, torch.Tensor], release: str) -> None:
+    """``state`` into ``model``'s trainable weights, refusing other keys, shapes or dtypes."""
+    from graphveil.contract.model import state_problem
+
+    if (problem := state_problem(state, model.trainable_state())) is not None:
+        raise ConfigError(f"release {release!r}: weights to start from: {problem}")
+    model.load_trainable_state(state)
 
 
 def node_data(task: Any) -> Any:

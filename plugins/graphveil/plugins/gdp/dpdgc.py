@@ -13,6 +13,8 @@ Stages:
    b. Z = A W⁽ᴬ⁾ + b + N(0, s²), s = σ · Δ_Z with Δ_Z = c·{1, √2, √(2D), √k}
       (:meth:`GdpLevel.embedding_sensitivity`), then row-normalised (Alg. 2, line 15).
    Accounted as the composition of (a) and the Gaussian (b). The artifact is [X ‖ Z].
+   R is public (``projection_seed``, else the stage's generator); W⁽ᴬ⁾ has a row per node of
+   the graph, so DP-Emb shares no weights across graphs (federated sites share R only).
 2. ``Train`` — the LINKX-style classifier (model ``linkx``) on ``features:
    released:dpdgc_embedding`` by the run's per-node DP-SGD (non-private at edge level).
 
@@ -58,6 +60,10 @@ class DpdgcParams(BaseModel):
         "calibrated multiplier: the share of the budget the graph part gets. At node level the "
         "group of 2D + 1 rows makes DP-Emb expensive; a large scale with few epochs leaves the "
         "budget to the classifier."))
+    projection_seed: int | None = Field(None, description=(
+        "Seed of DP-Emb's fixed random projection R (public). A federation pins it so that every "
+        "site and round trains its embedding against the same R, and the shared classifier reads "
+        "embeddings aligned to it. Default: drawn from the stage's generator (the run's seed)."))
     embedding_training: StageParams = Field(default_factory=StageParams, description=(
         "DP-Emb's training. With a group of g > 1 changed rows no sampling amplification is "
         "claimed, so a full batch (batch_size ≥ training nodes) gives the most signal per unit of noise."))
@@ -96,7 +102,11 @@ class DpEmbedding(GdpRelease):
         # row i of A: node i's in-neighbours (edges j → i), as a sparse (n, n) matrix
         adjacency = torch.sparse_coo_tensor(torch.stack([edges[1], edges[0]]), torch.ones(edges.shape[1]),
                                             (n, n), check_invariants=True).coalesce()
-        model = AdjacencyEmbedding(n, data.num_classes, p.hidden, p.row_norm, self.generator)
+        # R is public and data-independent: from projection_seed (one R for every site and round
+        # of a federation), else from the stage's generator
+        projection = (self.generator if p.projection_seed is None
+                      else torch.Generator().manual_seed(p.projection_seed))
+        model = AdjacencyEmbedding(n, data.num_classes, p.hidden, p.row_norm, projection)
         y = data.y
 
         def losses(model: Any, batch: Any) -> torch.Tensor:

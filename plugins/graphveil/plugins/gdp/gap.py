@@ -20,7 +20,7 @@ site — it is read row by row by the per-node DP-SGD and by the prediction of i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -34,6 +34,7 @@ from graphveil.plugins.gdp.common import (
     GdpRelease,
     aggregate,
     aggregation_edges,
+    load_checked,
     node_data,
     plan_level,
     row_normalise,
@@ -48,11 +49,21 @@ AGGREGATES = "gap_aggregates"
 
 
 class GapEncoder(GdpRelease):
-    """Stage 1: DP-MLP_X pretrained on (X, y) of the training nodes; releases row-normalised H⁽⁰⁾."""
+    """Stage 1: DP-MLP_X pretrained on (X, y) of the training nodes; releases row-normalised H⁽⁰⁾.
+
+    Its trained weights (encoder and pretraining head) are the output of the stage's DP-SGD, so
+    the stage's event covers them as they are: they are the release's :meth:`shared_state` (a
+    federated site sends them with the classifier; H⁽⁰⁾, which holds every node's own row, stays
+    at the site). :meth:`start_from` starts the next release's training from given weights (the
+    server's average) instead of the initialisation (``encoder_seed``, else drawn from the stage's
+    generator). Departure from paper 4: GAP trains DP-MLP_X once, from scratch.
+    """
 
     def __init__(self, level: GdpLevel, params: GapParams, *, seed: int | None) -> None:
         super().__init__(level, seed=seed, stream=1)
         self.params = params
+        self.model: FeatureEncoder | None = None  # the trained DP-MLP_X, once released
+        self._start: dict[str, torch.Tensor] | None = None
 
     @property
     def private_training(self) -> bool:
@@ -75,8 +86,11 @@ class GapEncoder(GdpRelease):
         data = node_data(task)
         p = self.params
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(torch.randint(2**62, (1,), generator=self.generator)))
+            torch.manual_seed(p.encoder_seed if p.encoder_seed is not None
+                              else int(torch.randint(2**62, (1,), generator=self.generator)))
             model = FeatureEncoder(data.num_features, data.num_classes, p.hidden, p.encoder_layers, p.encoder_dropout)
+        if self._start is not None:
+            load_checked(model, self._start, ENCODER)
         x, y = data.x, data.y
 
         def losses(model: Any, batch: Any) -> torch.Tensor:
@@ -85,8 +99,15 @@ class GapEncoder(GdpRelease):
         fit_rows(model, losses, self.train_nodes, p.encoder_training, private=self.private_training,
                  noise_multiplier=self.sigma() if self.private_training else 0.0, noise=noise,
                  generator=self.generator)
+        self.model = model
         with torch.no_grad():
             return row_normalise(model.embed(x))
+
+    def shared_state(self) -> dict[str, torch.Tensor]:
+        return {} if self.model is None else self.model.trainable_state()
+
+    def start_from(self, state: Mapping[str, torch.Tensor]) -> None:
+        self._start = {k: torch.as_tensor(v).detach().clone() for k, v in state.items()}
 
 
 class Pma(GdpRelease):
@@ -128,6 +149,10 @@ class GapParams(BaseModel):
     encoder_dropout: float = Field(0.0, ge=0, lt=1, description=(
         "Dropout of DP-MLP_X while it trains (paper 4, App. K: 0.5 non-private and at edge level, 0 "
         "otherwise, for every module; GAP's code gives the encoder the same rate as the classifier)."))
+    encoder_seed: int | None = Field(None, description=(
+        "Seed of DP-MLP_X's initialisation (public). A federation pins it so that every site's first "
+        "round starts from the same encoder; later rounds start from the server's. Default: drawn from "
+        "the stage's generator (the run's seed)."))
     encoder_training: StageParams = Field(default_factory=StageParams,
                                           description="Pretraining of DP-MLP_X (paper 4: 100 epochs, batch 64).")
 
