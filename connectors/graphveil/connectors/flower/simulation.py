@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import os
 import secrets
@@ -216,6 +217,9 @@ def plan(config_path: str | os.PathLike[str], *, sites: int, partition: str = "r
         raise ConfigError(f"--alpha {alpha:g}: must be > 0")
     resources = Resources.checked(cpus_per_site, gpus_per_site)
     config = SimulationConfig.load(config_path)
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError("graphveil fed simulate needs Flower's Simulation Engine (Ray): "
+                          "pip install 'graphveil[simulation]'")
     out = Path(out).resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out}: exists and is not an empty folder (a simulation writes its sites' "
@@ -281,7 +285,7 @@ def _split(config: SimulationConfig, sites: int, kind: str, alpha: float, task_k
     """Load the whole graph as a run reads it and split it (:mod:`graphveil.data.partition`)."""
     from graphveil.connectors.flower.partition import load_source
     from graphveil.connectors.flower.site import _as_node_graph
-    from graphveil.contract.errors import DataError
+    from graphveil.contract.errors import DataError, GraphVeilError
     from graphveil.data import NodeGraph
     from graphveil.data.partition import partition_graph
 
@@ -292,7 +296,10 @@ def _split(config: SimulationConfig, sites: int, kind: str, alpha: float, task_k
     elif task_kind == "relational" and (isinstance(graph, NodeGraph) or getattr(graph, "texts", None) is None):
         raise DataError(f"{config.path}: data: a relational task needs entity texts; graph "
                         f"{getattr(graph, 'name', '?')!r} has none")
-    split = partition_graph(graph, sites, kind=kind, seed=config.seed, alpha=alpha)
+    try:
+        split = partition_graph(graph, sites, kind=kind, seed=config.seed, alpha=alpha)
+    except GraphVeilError as exc:  # too many sites for the graph (or for α)
+        raise type(exc)(f"{config.path}: --sites {sites} --partition {kind}: {exc}") from exc
     return split.parts(graph), split
 
 
