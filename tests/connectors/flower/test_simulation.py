@@ -103,6 +103,35 @@ def test_a_partition_the_listing_lacks_is_a_clear_error(tmp_path, monkeypatch) -
         site_node_config({"partition-id": 4, "num-partitions": 5})
 
 
+def test_the_clientapp_of_a_virtual_node_trains_as_its_site_into_its_ledger(
+        tmp_path, monkeypatch, fresh_fake_sessions) -> None:
+    """``handle_train`` with the node config Flower's simulation gives (a partition id only) trains
+    as the site the listing names: its name in the reply, its spend in its own ledger only."""
+    from _fed_support import RUN_CONFIG, FakeSession, site_context, train_content
+    from _fed_support import node_config as make_node_config
+
+    from graphveil.connectors.flower import records
+    from graphveil.connectors.flower.site import handle_train
+    from graphveil.ledger import PrivacyLedger
+
+    sites = [make_node_config(tmp_path, name) for name in ("bank-a", "bank-b")]
+    listing = {}
+    for i, values in enumerate(sites):
+        toml = tmp_path / f"{values['site-name']}.toml"
+        toml.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()), encoding="utf-8")
+        listing[str(i)] = str(toml)
+    (tmp_path / "sites.json").write_text(json.dumps(listing), encoding="utf-8")
+    monkeypatch.setenv(SITES_ENV, str(tmp_path / "sites.json"))
+    context = site_context(7, {"partition-id": 1, "num-partitions": 2}, RUN_CONFIG)
+    reply = handle_train(train_content(), context, session_factory=FakeSession)
+    assert reply[records.SITE]["status"] == records.TRAINED and reply[records.SITE]["site-name"] == "bank-b"
+    entries = {}
+    for values in sites:
+        with PrivacyLedger(values["ledger"], create=False) as ledger:
+            entries[values["site-name"]] = [(e.site, e.status) for e in ledger.entries()]
+    assert entries == {"bank-a": [], "bank-b": [("bank-b", "released")]}
+
+
 # ------------------------------------------------------------------------------ bad input: exit 2, nothing written
 
 
