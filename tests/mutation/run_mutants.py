@@ -1206,13 +1206,13 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "sim-own-partition", "a simulated site's node config by its own partition id (all read site 1's)",
-        (("connectors/graphveil/connectors/flower/simulation.py",
+        (("connectors/graphveil/connectors/flower/settings.py",
           '        toml_path = Path(sites[str(int(node_config["partition-id"]))])\n',
           '        toml_path = Path(sites["0"])  # MUTANT\n'),),
     ),
     Mutant(
         "sim-deployed-node-config", "a deployed SuperNode's node config kept even when a simulation listing is set",
-        (("connectors/graphveil/connectors/flower/simulation.py",
+        (("connectors/graphveil/connectors/flower/settings.py",
           "    if set(node_config) != SIMULATED_NODE_KEYS or not os.environ.get(SITES_ENV):\n",
           "    if not os.environ.get(SITES_ENV):  # MUTANT\n"),),
     ),

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from graphveil.apps.cli import main
-from graphveil.connectors.flower.simulation import SITES_ENV, site_node_config
+from graphveil.connectors.flower.settings import SITES_ENV, site_node_config
 
 BIN = Path(sys.executable).parent
 SIGMA, DELTA, LOCAL_STEPS, ROUNDS, SITES = 1.0, 1e-4, 3, 2, 10

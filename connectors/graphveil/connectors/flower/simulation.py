@@ -11,8 +11,9 @@ and its own ledger, made by ``graphveil budget init`` as a real site's is.
 **How a virtual node finds its node config.** Flower gives every simulated node only
 ``partition-id`` and ``num-partitions`` as its node config. Before the run this module writes
 ``<out>/sites/site-<i>/node-config.toml`` for every site and ``<out>/sites.json`` (partition id →
-node config path), and points the environment variable :data:`SITES_ENV` at it; the ClientApp's
-:func:`site_node_config` reads the site's node config from there. The mapping comes from the
+node config path), and points the environment variable
+:data:`~.settings.SITES_ENV` at it; the ClientApp's :func:`~.settings.site_node_config` reads
+the site's node config from there. The mapping comes from the
 environment of the site's own process (Ray's workers inherit the driver's), never from the
 server's messages or run config, so a server cannot point a site at another site's settings;
 a deployed SuperNode (whose node config has its own ``site-name``) is never affected.
@@ -47,6 +48,7 @@ import yaml
 
 from graphveil.connectors.flower.control import FLOWER_ENV
 from graphveil.connectors.flower.settings import (
+    SITES_ENV,
     TASK_KINDS,
     FederationSettings,
     SiteSettings,
@@ -54,10 +56,6 @@ from graphveil.connectors.flower.settings import (
 )
 from graphveil.contract.errors import ConfigError
 
-#: Environment variable naming ``sites.json`` (partition id → node config TOML) of a simulation.
-SITES_ENV = "GRAPHVEIL_SIMULATION_SITES"
-#: What Flower's simulation runtime puts in a virtual node's node config (and nothing else).
-SIMULATED_NODE_KEYS = frozenset({"partition-id", "num-partitions"})
 #: ``--partition`` names → :data:`graphveil.data.partition.KINDS`.
 PARTITIONS = {"random": "random", "label-skew": "labels", "communities": "communities"}
 #: Run-config keys that are not part of the shared task.
@@ -65,27 +63,6 @@ _NOT_TASK = ("data", "name", "seed", "output", "sweep", "federation", "site", "s
 #: Ray's object store: Flower passes each round's arrays through it; adapters and GNN weights are
 #: small, and the machine is shared (Ray's default takes 30 % of the RAM).
 OBJECT_STORE_BYTES = 100 * 2**20
-
-
-# ------------------------------------------------------------------------------ the ClientApp's side
-
-
-def site_node_config(node_config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The node config a site trains with: ``node_config`` itself, unless it is a simulated node's
-    (only ``partition-id`` / ``num-partitions``) and :data:`SITES_ENV` names the simulation's
-    ``sites.json``: then that partition's site node config. A clear error if it lists none."""
-    if set(node_config) != SIMULATED_NODE_KEYS or not os.environ.get(SITES_ENV):
-        return node_config
-    path = Path(os.environ[SITES_ENV])
-    try:
-        sites = json.loads(path.read_text(encoding="utf-8"))
-        toml_path = Path(sites[str(int(node_config["partition-id"]))])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{SITES_ENV}={path}: no node config for simulated partition "
-                          f"{node_config.get('partition-id')!r} ({type(exc).__name__}: {exc})") from exc
-    import tomllib
-
-    return _flatten(tomllib.loads(toml_path.read_text(encoding="utf-8")))
 
 
 # ------------------------------------------------------------------------------ the config

@@ -64,9 +64,9 @@ from graphveil.connectors.flower.settings import (
     SiteSettings,
     check_site_policy,
     round_seed,
+    site_node_config,
     site_run_config,
 )
-from graphveil.connectors.flower.simulation import site_node_config
 from graphveil.contract.errors import PrivacyError
 from graphveil.ledger import BudgetExhaustedError, PrivacyLedger, WitnessHead
 from graphveil.run.config import RunConfig
