@@ -45,7 +45,7 @@ NODE_CONFIG: dict = {
 }
 #: Edge-level relational fine-tuning: tiny BERT (built from its config, nothing downloaded) + LoRA.
 RELATIONAL_CONFIG: dict = {
-    "data": {"source": "citeseer"},
+    "data": {"source": "citeseer", "split": {"train_fraction": 0.7, "seed": 3}},
     "sampler": {"name": "edge_poisson_decoupled", "batch_size": 16, "k_neg": 2},
     "clipper": {"name": "per_tuple_clip", "clip_norm": 1.0},
     "accountant": {"name": "edge_rdp"},
@@ -171,6 +171,28 @@ def test_a_missing_config_or_an_unknown_partition_exits_2(tmp_path, capsys) -> N
         main(["fed", "simulate", str(config), "--sites", "3", "--partition", "by-colour", "--out", str(out)])
     assert exc.value.code == 2 and "invalid choice: 'by-colour'" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_resources_per_site_become_flowers_client_resources_on_a_small_ray() -> None:
+    from graphveil.connectors.flower.simulation import OBJECT_STORE_BYTES, Resources
+
+    cores = len(os.sched_getaffinity(0))
+    resources = Resources.checked(cores / 2, 0.0)
+    config = resources.backend_config()
+    assert config["client_resources"] == {"num_cpus": cores / 2, "num_gpus": 0.0}
+    assert config["init_args"]["num_cpus"] == cores and config["init_args"]["num_gpus"] == 0
+    assert config["init_args"]["include_dashboard"] is False
+    assert config["init_args"]["object_store_memory"] == OBJECT_STORE_BYTES
+    assert resources.concurrent_sites == 2
+    assert Resources.checked(cores, 0.0).concurrent_sites == 1
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_a_gpu_share_without_a_gpu_exits_2(tmp_path, capsys) -> None:
+    config = _write(tmp_path / "sim.yaml", NODE_CONFIG)
+    code, err = _simulate(capsys, str(config), "--sites", "2", "--gpus-per-site", "0.5", "--out", str(tmp_path / "o"))
+    assert code == 2 and "--gpus-per-site 0.5: this machine has 0 CUDA GPU(s)" in err
+    assert not (tmp_path / "o").exists()
 
 
 def test_an_output_folder_in_use_is_refused(tmp_path, capsys) -> None:
@@ -313,7 +335,10 @@ def test_the_relational_task_runs_on_the_same_command(tmp_path) -> None:
     config = _write(tmp_path / "sim.yaml", RELATIONAL_CONFIG)
     summary, _ = _run_cli(config, tmp_path / "out", "--sites", "2", "--rounds", "1", "--partition", "communities")
     assert summary["status"] == "completed" and summary["task-kind"] == "relational"
-    assert (tmp_path / "out" / "sites" / "site-1" / "edges.tsv").is_file()
+    site = tmp_path / "out" / "sites" / "site-1"
+    assert (site / "edges.tsv").is_file()
+    assert yaml.safe_load((site / "site-config.yaml").read_text()) == {"data": {"split": RELATIONAL_CONFIG["data"]["split"]}}
+    assert f'site-config = "{site / "site-config.yaml"}"' in (site / "node-config.toml").read_text()
     ledgers = summary["site-ledgers"]
     assert {n: s["entries"] for n, s in ledgers.items()} == {"site-1": ["released"], "site-2": ["released"]}
     assert all(s["steps"] == 2 and s["epsilon"] > 0 for s in ledgers.values())

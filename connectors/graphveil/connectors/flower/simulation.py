@@ -23,7 +23,8 @@ graph to split), with three sections of its own (:class:`SimulationConfig`): ``f
 (the app's federation keys: ``local-steps``, ``strategy``, ...), ``site`` (every site's node
 config: ``epsilon-budget``, ``delta``, ``privacy-unit``, ...) and ``sites`` (per-site changes,
 e.g. ``{site-3: {epsilon-budget: 0.5}}``). Everything else but ``name``, ``seed``, ``output`` and
-``sweep`` is the shared task (``task.*`` of the app's run config); ``seed`` seeds the split.
+``sweep`` is the shared task (``task.*`` of the app's run config); ``seed`` seeds the split;
+``data.split``, if given, becomes every site's ``site-config`` (the split of its own part).
 
 Nothing is written before every input is checked (the config, the sites' node configs, the
 graph and its split, the output folder): bad input exits 2 with the problem named.
@@ -58,6 +59,8 @@ from graphveil.contract.errors import ConfigError
 
 #: ``--partition`` names → :data:`graphveil.data.partition.KINDS`.
 PARTITIONS = {"random": "random", "label-skew": "labels", "communities": "communities"}
+#: A site's ``site-config`` holding the config's ``data.split`` (the split of each site's part).
+SITE_CONFIG_FILE = "site-config.yaml"
 #: Run-config keys that are not part of the shared task.
 _NOT_TASK = ("data", "name", "seed", "output", "sweep", "federation", "site", "sites")
 #: Ray's object store: Flower passes each round's arrays through it; adapters and GNN weights are
@@ -96,8 +99,9 @@ class SimulationConfig:
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: {key}: expected a mapping, got {type(value).__name__}")
             sections[key] = value
-        if "data" not in raw:
-            raise ConfigError(f"{path}: data: name the graph to split among the sites")
+        if not isinstance(raw.get("data"), dict):
+            raise ConfigError(f"{path}: data: name the graph to split among the sites (a mapping, as in a "
+                              "run config)")
         for name, over in sections["sites"].items():
             if not isinstance(over, dict):
                 raise ConfigError(f"{path}: sites.{name}: expected a mapping of node config keys")
@@ -170,10 +174,6 @@ class Plan:
     node_configs: list[dict[str, Any]]
     resources: Resources
 
-    @property
-    def site_names(self) -> list[str]:
-        return [c["site-name"] for c in self.node_configs]
-
 
 def site_name(index: int) -> str:
     return f"site-{index + 1}"
@@ -206,9 +206,7 @@ def plan(config_path: str | os.PathLike[str], *, sites: int, partition: str = "r
         raise ConfigError(f"{config.path}: sites.{unknown[0]}: no such site (the sites are site-1 … "
                           f"site-{sites})")
     fed = _federation(config, sites, rounds, out)
-    task_kind = _task_kind(fed)
-    run_config = fed.check_task(str(config.path))  # the task validates (no data read)
-    del run_config
+    task_kind = _task_kind(fed)  # the task validated as a RunConfig in _federation (no data read)
     node_configs = [_node_config(config, i, out, task_kind, resources) for i in range(sites)]
     parts, split = _split(config, sites, PARTITIONS[partition], alpha, task_kind)
     app_config = {k: v for k, v in fed.to_run_config().items() if v is not None}  # TOML has no null
@@ -254,6 +252,8 @@ def _node_config(config: SimulationConfig, index: int, out: Path, task_kind: str
         if key in values:
             raise ConfigError(f"{config.path}: site.{key}: a simulation sets it for each site")
     values.update({"site-name": name, "task-kind": task_kind, "ledger": str(folder / "ledger.sqlite"), **data})
+    if "split" in config.run["data"] and "site-config" not in values:  # the config's split, at every site
+        values["site-config"] = str(folder / SITE_CONFIG_FILE)
     SiteSettings.from_mapping(values, f"{config.path}: node config of {name} (site, sites.{name})")
     return values
 
@@ -299,6 +299,9 @@ def write(p: Plan) -> Path:
             write_node_graph(part, folder)
         else:
             write_site_files(part, folder)
+        if values.get("site-config") == str(folder / SITE_CONFIG_FILE):
+            (folder / SITE_CONFIG_FILE).write_text(
+                yaml.safe_dump({"data": {"split": p.config.run["data"]["split"]}}), encoding="utf-8")
         toml = write_node_config(folder / "node-config.toml", values)
         init_ledger(values["ledger"], site=values["site-name"]).close()  # as `graphveil budget init`
         listing[str(i)] = str(toml)
