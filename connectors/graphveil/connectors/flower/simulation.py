@@ -4,7 +4,10 @@
 the SAME ServerApp and ClientApp a deployment runs (the bundled app's components,
 ``graphveil_fed.server_app:app`` / ``graphveil_fed.client_app:app``) on Flower's simulation
 runtime, the way Flower's own ``flwr-simulation`` process runs an app (a ``Run`` whose app folder
-holds the task, the ServerApp in a thread, one Ray actor per running ClientApp). Each virtual
+holds the task, the ServerApp in a thread, one Ray actor per running ClientApp: Flower's
+``flwr.simulation.run_simulation._run_simulation``, which its ``flwr-simulation`` process calls;
+the public ``run_simulation`` hands the apps an empty run config, and ``flwr run`` on a local
+simulation federation starts a detached SuperLink on a fixed port). Each virtual
 SuperNode is a site with its own part of the graph, its own node config (its policy and budget)
 and its own ledger, made by ``graphveil budget init`` as a real site's is.
 
@@ -36,6 +39,7 @@ import argparse
 import copy
 import importlib.util
 import json
+import logging
 import os
 import secrets
 import sys
@@ -335,6 +339,7 @@ def run(p: Plan, sites_json: Path) -> dict[str, Any]:
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run_id, SUPERLINK_NODE_ID
     context = Context(run_id=run_id, node_id=0, node_config={}, state=RecordDict(), run_config=dict(p.app_config))
     os.environ[SITES_ENV] = str(sites_json)  # before Ray starts: its workers inherit it
+    logging.getLogger("flwr").propagate = False  # Flower prints its own log; not twice through ours
     started = time.monotonic()
     error = None
     try:
