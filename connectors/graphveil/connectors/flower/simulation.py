@@ -422,20 +422,20 @@ def add_simulate_parser(fsub: Any) -> argparse.ArgumentParser:
     p = fsub.add_parser(
         "simulate", help="run the federation's ServerApp and ClientApp with N virtual sites on Flower's "
                          "Simulation Engine (Ray), each with its own part of the graph, node config and ledger")
-    p.add_argument("config", help="simulation config YAML: a run config (data = the whole graph) with "
+    p.add_argument("config", metavar="CONFIG", help="simulation config YAML: a run config (data = the whole graph) with "
                                   "optional federation, site and sites sections")
-    p.add_argument("--sites", type=int, required=True, help="number of virtual sites (>= 1)")
+    p.add_argument("--sites", type=int, required=True, metavar="N", help="number of virtual sites (>= 1)")
     p.add_argument("--partition", choices=tuple(PARTITIONS), default="random",
                    help="how the graph is split: random nodes, label skew (Dirichlet --alpha) or connected "
                         "communities (default: random)")
-    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet α of --partition label-skew (default 0.5)")
-    p.add_argument("--rounds", type=int, help="server rounds (default: federation.num-server-rounds, else 2)")
-    p.add_argument("--cpus-per-site", type=float, default=1.0,
+    p.add_argument("--alpha", type=float, default=0.5, metavar="A", help="Dirichlet α of --partition label-skew (default 0.5)")
+    p.add_argument("--rounds", type=int, metavar="R", help="server rounds (default: federation.num-server-rounds, else 2)")
+    p.add_argument("--cpus-per-site", type=float, default=1.0, metavar="C",
                    help="CPU cores reserved for each virtual site while it trains (Flower's client_resources "
                         "num_cpus; default 1): cores / this = sites training at once")
-    p.add_argument("--gpus-per-site", type=float, default=0.0,
+    p.add_argument("--gpus-per-site", type=float, default=0.0, metavar="G",
                    help="GPU share of each virtual site (e.g. 0.25: four sites per GPU; default 0)")
-    p.add_argument("--out", default="graphveil-sim",
+    p.add_argument("--out", default="graphveil-sim", metavar="DIR",
                    help="new folder for the app, each site's data, node config and ledger, and the server's "
                         "run (default: graphveil-sim)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
