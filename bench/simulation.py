@@ -1,6 +1,6 @@
 """Wall time and peak memory of ``graphveil fed simulate`` (Flower's Simulation Engine on Ray).
 
-    python bench/simulation.py [--config examples/simulate_dp_mlp_cora.yaml] [--sites 10] [--rounds 2]
+    python bench/simulation.py [--config examples/simulation/dp_mlp_cora.yaml] [--sites 10] [--rounds 2]
                                [--cpus-per-site 1] [--out DIR]
 
 Runs the command as a user would (a process of its own) and samples, every 0.2 s, the memory of
@@ -86,7 +86,7 @@ def measure(config: Path, sites: int, rounds: int, cpus_per_site: float, out: Pa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=REPO / "examples" / "simulate_dp_mlp_cora.yaml")
+    parser.add_argument("--config", type=Path, default=REPO / "examples" / "simulation" / "dp_mlp_cora.yaml")
     parser.add_argument("--sites", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cpus-per-site", type=float, default=1.0)

@@ -177,14 +177,17 @@ def test_resources_per_site_become_flowers_client_resources_on_a_small_ray() -> 
     from graphveil.connectors.flower.simulation import OBJECT_STORE_BYTES, Resources
 
     cores = len(os.sched_getaffinity(0))
-    resources = Resources.checked(cores / 2, 0.0)
+    resources = Resources.checked(cores / 2, 0.0, sites=10)
     config = resources.backend_config()
     assert config["client_resources"] == {"num_cpus": cores / 2, "num_gpus": 0.0}
     assert config["init_args"]["num_cpus"] == cores and config["init_args"]["num_gpus"] == 0
     assert config["init_args"]["include_dashboard"] is False
     assert config["init_args"]["object_store_memory"] == OBJECT_STORE_BYTES
     assert resources.concurrent_sites == 2
-    assert Resources.checked(cores, 0.0).concurrent_sites == 1
+    assert Resources.checked(cores, 0.0, sites=10).concurrent_sites == 1
+    one = Resources.checked(1.0, 0.0, sites=1)  # Ray never gets more cores than the sites can use
+    assert one.total_cpus == 1 and one.backend_config()["init_args"]["num_cpus"] == 1
+    assert one.concurrent_sites == 1
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a CUDA GPU")
@@ -193,6 +196,20 @@ def test_a_gpu_share_without_a_gpu_exits_2(tmp_path, capsys) -> None:
     code, err = _simulate(capsys, str(config), "--sites", "2", "--gpus-per-site", "0.5", "--out", str(tmp_path / "o"))
     assert code == 2 and "--gpus-per-site 0.5: this machine has 0 CUDA GPU(s)" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_shipped_example_plans_ten_sites_without_writing(tmp_path) -> None:
+    """examples/simulation/dp_mlp_cora.yaml (not a `graphveil run` config, so outside the folder
+    tests/run/test_examples.py loads): the task, ten node configs and the split all check out."""
+    from _paths import REPO
+
+    from graphveil.connectors.flower.simulation import plan
+
+    p = plan(REPO / "examples" / "simulation" / "dp_mlp_cora.yaml", sites=10, rounds=2, out=tmp_path / "out")
+    assert p.task_kind == "node_classification" and len(p.parts) == 10
+    assert [c["epsilon-budget"] for c in p.node_configs] == [50.0] * 9 + [12.0]
+    assert p.app_config["num-server-rounds"] == 2 and p.app_config["min-sites"] == 10
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_output_folder_in_use_is_refused(tmp_path, capsys) -> None:

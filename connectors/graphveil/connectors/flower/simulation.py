@@ -40,6 +40,7 @@ import copy
 import importlib.util
 import json
 import logging
+import math
 import os
 import secrets
 import sys
@@ -131,7 +132,10 @@ class Resources:
     total_gpus: int = 0
 
     @classmethod
-    def checked(cls, cpus_per_site: float, gpus_per_site: float) -> Resources:
+    def checked(cls, cpus_per_site: float, gpus_per_site: float, sites: int = 1) -> Resources:
+        """Ray gets this process's cores, but no more than ``sites`` virtual sites use at once:
+        Flower starts one actor (a process importing torch) per ``cpus_per_site`` cores Ray has,
+        whatever the number of sites."""
         total = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         if not 0 < cpus_per_site <= total:
             raise ConfigError(f"--cpus-per-site {cpus_per_site:g}: give a number in (0, {total}] (this "
@@ -145,7 +149,8 @@ class Resources:
             gpus = torch.cuda.device_count()
             if not gpus or gpus_per_site > gpus:
                 raise ConfigError(f"--gpus-per-site {gpus_per_site:g}: this machine has {gpus} CUDA GPU(s)")
-        return cls(cpus_per_site, gpus_per_site, total, gpus)
+        return cls(cpus_per_site, gpus_per_site, min(total, math.ceil(sites * cpus_per_site)),
+                   min(gpus, math.ceil(sites * gpus_per_site)))
 
     def backend_config(self) -> dict[str, Any]:
         """Flower's ``backend_config``: ``client_resources`` per virtual site, Ray kept small."""
@@ -196,7 +201,7 @@ def plan(config_path: str | os.PathLike[str], *, sites: int, partition: str = "r
         raise ConfigError(f"--rounds {rounds}: at least 1 round")
     if not alpha > 0:
         raise ConfigError(f"--alpha {alpha:g}: must be > 0")
-    resources = Resources.checked(cpus_per_site, gpus_per_site)
+    resources = Resources.checked(cpus_per_site, gpus_per_site, sites)
     config = SimulationConfig.load(config_path)
     if importlib.util.find_spec("ray") is None:
         raise ConfigError("graphveil fed simulate needs Flower's Simulation Engine (Ray): "
