@@ -4,7 +4,8 @@ from a config or come from packages.
 The suite runs on every core with pytest-xdist (``./run test``: ``-n auto --dist loadgroup``).
 Tests that must not run beside each other, or that share one expensive module fixture, carry
 ``xdist_group`` and so run on one worker: every ``federation`` test (real SuperLink/SuperNode
-processes: two federations at once on a small machine miss their timeouts), and modules that
+processes: two federations at once on a small machine miss their timeouts) and every
+``simulation`` test (Flower's Simulation Engine: a Ray runtime on every core), and modules that
 mark themselves (e.g. the PostgreSQL server of the SQL source's tests).
 """
 
@@ -37,7 +38,10 @@ _GROUP_LOST = pytest.StashKey[bool]()
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
     for item in items:  # before xdist reads the groups
-        if item.get_closest_marker("federation") and not item.get_closest_marker("xdist_group"):
+        # a simulation (a local Ray runtime sized to every core) beside a loopback federation would
+        # starve it: both kinds share one group, so one worker runs them one after the other
+        if (item.get_closest_marker("federation") or item.get_closest_marker("simulation")) and \
+                not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("flower-loopback"))
     result = yield
     # After xdist wrote each group into the node id. When a pytest release stops honouring that

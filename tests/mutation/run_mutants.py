@@ -1237,6 +1237,24 @@ MUTANTS: tuple[Mutant, ...] = (
           "    if False:  # MUTANT\n"),),
     ),
     Mutant(
+        "sim-own-partition", "a simulated site's node config by its own partition id (all read site 1's)",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          '        toml_path = Path(sites[str(int(node_config["partition-id"]))])\n',
+          '        toml_path = Path(sites["0"])  # MUTANT\n'),),
+    ),
+    Mutant(
+        "sim-deployed-node-config", "a deployed SuperNode's node config kept even when a simulation listing is set",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "    if set(node_config) != SIMULATED_NODE_KEYS or not os.environ.get(SITES_ENV):\n",
+          "    if not os.environ.get(SITES_ENV):  # MUTANT\n"),),
+    ),
+    Mutant(
+        "sim-site-node-config", "the ClientApp resolving a virtual node's site node config (simulation)",
+        (("connectors/graphveil/connectors/flower/site.py",
+          "        node_config = site_node_config(context.node_config)\n",
+          "        node_config = context.node_config  # MUTANT\n"),),
+    ),
+    Mutant(
         "node-table-sparse-unknown", "the refusal of a sparse feature row naming an unknown node",
         (("framework/graphveil/data/node_table.py",
           "    if node.null_count:\n",

@@ -30,6 +30,7 @@ from graphveil.connectors.flower.control import (
 )
 from graphveil.connectors.flower.gateway import add_limit_arguments
 from graphveil.connectors.flower.settings import SiteSettings
+from graphveil.connectors.flower.simulation import add_simulate_parser
 from graphveil.contract.errors import ConfigError
 
 
@@ -188,7 +189,7 @@ def cmd_fed_run(args: argparse.Namespace) -> int:
 
 
 def add_fed_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``fed {server,site,connect,run,app-dir,app-hash}`` to a ``graphveil`` sub-parser set."""
+    """Add ``fed {server,site,connect,run,simulate,app-dir,app-hash}`` to a ``graphveil`` sub-parser set."""
     fed = subparsers.add_parser("fed", help="federated runs with Flower (SuperLink, SuperNodes, flwr run)")
     fsub = fed.add_subparsers(dest="fed_command", required=True)
 
@@ -238,6 +239,8 @@ def add_fed_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait with --wait (default: 3600)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_fed_run)
+
+    add_simulate_parser(fsub)
 
     p = fsub.add_parser("app-dir", help="print the folder of the GraphVeil Flower app (for flwr run / flwr build)")
     p.set_defaults(func=cmd_fed_app_dir)

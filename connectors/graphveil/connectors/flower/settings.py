@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -583,6 +584,31 @@ def site_sampler_keys(site: SiteSettings) -> dict[str, Any]:
     """The sampler options the site's node config fixes (none for node classification: there
     the site fixes ``privacy.unit``, with D and k)."""
     return {} if site.node_task else _SITE_SAMPLER_KEYS[site.privacy_unit](site)
+
+
+# ------------------------------------------------------------------------------ a simulated site's node config
+
+#: Environment variable naming ``sites.json`` (partition id → node config TOML) of a simulation
+#: (``graphveil fed simulate``, :mod:`.simulation`).
+SITES_ENV = "GRAPHVEIL_SIMULATION_SITES"
+#: What Flower's simulation runtime puts in a virtual node's node config (and nothing else).
+SIMULATED_NODE_KEYS = frozenset({"partition-id", "num-partitions"})
+
+
+def site_node_config(node_config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The node config a site trains with: ``node_config`` itself, unless it is a simulated node's
+    (only ``partition-id`` / ``num-partitions``) and :data:`SITES_ENV` names the simulation's
+    ``sites.json``: then that partition's site node config. A clear error if it lists none."""
+    if set(node_config) != SIMULATED_NODE_KEYS or not os.environ.get(SITES_ENV):
+        return node_config
+    path = Path(os.environ[SITES_ENV])
+    try:
+        sites = json.loads(path.read_text(encoding="utf-8"))
+        toml_path = Path(sites[str(int(node_config["partition-id"]))])
+        return _flatten(tomllib.loads(toml_path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # TOMLDecodeError is a ValueError
+        raise ConfigError(f"{SITES_ENV}={path}: no node config for simulated partition "
+                          f"{node_config.get('partition-id')!r} ({type(exc).__name__}: {exc})") from exc
 
 
 # ------------------------------------------------------------------------------ the site's policy

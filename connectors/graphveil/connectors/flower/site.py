@@ -68,6 +68,7 @@ from graphveil.connectors.flower.settings import (
     SiteSettings,
     check_site_policy,
     round_seed,
+    site_node_config,
     site_run_config,
 )
 from graphveil.contract.errors import PrivacyError
@@ -194,7 +195,9 @@ def handle_train(content: RecordDict, context: Context, *,
     head: WitnessHead | None = None  # every reply after the ledger is opened carries its head
     try:
         stage.now = "reading the node config"
-        site = SiteSettings.from_mapping(context.node_config, "SuperNode node config")
+        # a virtual node of `graphveil fed simulate` reads its site's node config (.simulation)
+        node_config = site_node_config(context.node_config)
+        site = SiteSettings.from_mapping(node_config, "SuperNode node config")
         site_name = site.site_name
         stage.now = "reading the run config"
         fed = FederationSettings.from_run_config(context.run_config)
