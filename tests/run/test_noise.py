@@ -276,7 +276,13 @@ def test_noise_is_formed_in_float64_and_rounded_once() -> None:
     """Why not the parameter's dtype: a sum of two float32 terms of size ~1 is a multiple of
     2⁻²⁴ (or coarser), so small float32 noise values would sit on that grid — the holes a
     floating-point attack tests for. Formed in float64 and rounded once, a float32 value in
-    [2⁻⁸, 2⁻⁶) is a multiple of 2⁻²⁴ only if its 5–7 lowest bits are 0 (≈ 1 %)."""
+    [2⁻⁸, 2⁻⁶) is a multiple of 2⁻²⁴ only if its 5–7 lowest bits are 0 (≈ 1 %). And the
+    transform itself is float64: a float32 one would make every √2·z a float32 number (the
+    fused multiply-add of the two terms can hide that from the grid check), while a float64
+    value has at most 24 significant bits with probability ≈ 2⁻²⁹."""
+    root2_z = torch.zeros(100_000, dtype=torch.float64)
+    noise_module.keystream_noise_add_(root2_z, 1.0, GaussianNoise().draw_secret())
+    assert int((root2_z.float().double() == root2_z).sum()) <= 5
     noise = GaussianNoise().sample((4_000_000,), math.sqrt(2), torch.float32)  # scale std/√2 = 1
     small = noise[(noise.abs() >= 2.0**-8) & (noise.abs() < 2.0**-6)].double()
     assert small.numel() > 20_000

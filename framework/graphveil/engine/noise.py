@@ -75,9 +75,14 @@ name ``csprng-4sum`` (four uniforms per coordinate, the n = 2 defence).
 
 **Precision: float64, rounded once to the parameter's dtype.** ``z`` is formed in float64 and
 ``tensor.add_(z, alpha=σC/√2)`` computes ``g + σC·z`` in float64 and rounds it once to the
-tensor's dtype. Forming ``z`` in float32 would NOT be safe: a sum of two float32 terms of size
+tensor's dtype. Forming ``z`` (or any stage of it) in float32 would NOT be safe, though float32
+sines and cosines cost about half as much: the uniforms would be cut to 24 bits (u, v and φ
+carry 53), shrinking the attack's search far below 2¹⁵⁹, and a sum of two float32 terms of size
 ~1 is a multiple of 2⁻²³–2⁻²⁴, while float32 resolves much finer below 1/2, so small noise
-values would sit on a coarse grid — the holes the attack tests for (a test measures this). The
+values would sit on a coarse grid — the holes the attack tests for (a test measures this, and
+one checks that the transform's values are not float32 numbers). So every stage before the
+final rounding is float64: none of them can drop to float32 without dropping bits of the
+uniforms. The
 float64 grid (≤ 2⁻⁵⁰·σC) is visible through float32 (bfloat16: far less) only where the
 released value is below about 2⁻²⁷·σC in magnitude, probability ≈ 4·10⁻⁹ per coordinate (the
 previous code, float64 cast to float32, had the same bound). So the parameter's dtype is used
