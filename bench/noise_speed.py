@@ -1,8 +1,9 @@
 """Cost of safe DP noise: the CSPRNG noise vs seeded ``torch.randn``, per coordinate, in one run.
 
-GraphVeil draws every DP noise coordinate as (r_A cos φ_A + r_B cos φ_B)/√2 of four 53-bit
-uniforms from an AES-256-CTR keystream under a fresh ``os.urandom`` key per draw (the
-floating-point-safe 2n = 4 construction of Holohan & Braghin 2021; see
+GraphVeil draws every DP noise coordinate j as (r_j sin φ_j + r_{j+1} cos φ_{j+1})/√2, a chain of
+Box–Muller pairs (four 53-bit uniforms behind each coordinate, 16 bytes of keystream per
+coordinate) from an AES-256-CTR keystream under a fresh ``os.urandom`` key per draw (the
+floating-point defence of Holohan & Braghin 2021 at its n = 2 strength; see
 ``graphveil.engine.noise``), in chunks across ``torch.get_num_threads()`` threads, written
 straight into the target tensor. This times it against seeded ``torch.randn`` (fast,
 reproducible and subtractable: NOT private) in the same process, the modes interleaved in every

@@ -151,22 +151,30 @@ MAX_RADIUS = math.sqrt(-2 * math.log(2.0**-53))
 
 
 def reference_transform(words: np.ndarray) -> np.ndarray:
-    """√2·z of the module note for a (4, k) array of uniform 64-bit words (rows u_A, u_B, v_A,
-    v_B), written independently of the module: numpy's log1p and libm's cos."""
+    """√2·z of the module note for a (2, k + 1) array of uniform 64-bit words (rows u, v: pair j
+    is (u_j, v_j)), written independently of the module: numpy's log1p and libm's sin and cos.
+    Coordinate j = r_j sin φ_j + r_{j+1} cos φ_{j+1}."""
     w = (words.astype(np.uint64) & np.uint64(2**53 - 1)).astype(np.float64) * 2.0**-53
-    radius = np.sqrt(-2.0 * np.log1p(-w[:2]))
-    return (radius * np.cos(2 * np.pi * w[2:])).sum(0)
+    radius, angle = np.sqrt(-2.0 * np.log1p(-w[0])), 2 * np.pi * w[1]
+    return radius[:-1] * np.sin(angle[:-1]) + radius[1:] * np.cos(angle[1:])
 
 
 def reference_noise(secret: bytes, n: int) -> np.ndarray:
     """√2·z for a draw of n coordinates from ONE sequential AES-256-CTR encryptor under
-    ``secret`` (key, initial counter block), chunk layout of the module note."""
+    ``secret`` (key, initial counter block), chunk layout of the module note: a chunk of B
+    coordinates reads the next B + 1 blocks (pairs), the last chunk k + 1."""
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-    stream = Cipher(algorithms.AES(secret[:32]), modes.CTR(secret[32:])).encryptor().update(bytes(32 * n))
-    words, chunk = np.frombuffer(stream, dtype=np.uint64), noise_module._CHUNK
-    return np.concatenate([reference_transform(words[4 * s : 4 * min(s + chunk, n)].reshape(4, -1))
-                           for s in range(0, n, chunk)])
+    chunk = noise_module._CHUNK
+    blocks = sum(min(chunk, n - s) + 1 for s in range(0, n, chunk))
+    stream = Cipher(algorithms.AES(secret[:32]), modes.CTR(secret[32:])).encryptor().update(bytes(16 * blocks))
+    words, out, at = np.frombuffer(stream, dtype=np.uint64), [], 0
+    for s in range(0, n, chunk):
+        pairs = min(chunk, n - s) + 1
+        out.append(reference_transform(words[at : at + 2 * pairs].reshape(2, pairs)))
+        at += 2 * pairs
+    assert at == 2 * blocks
+    return np.concatenate(out)
 
 
 def binomial_bounds(n: int, p: float) -> tuple[float, float]:
@@ -178,9 +186,10 @@ def binomial_bounds(n: int, p: float) -> tuple[float, float]:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_keystream_noise_is_the_reference_computation(threads: int) -> None:
     """Pins the whole CPU path to an independent reference: one sequential AES-256-CTR encryptor
-    under the draw's key and counter, 53-bit uniforms, and the sum of TWO Box–Muller cosines
-    (four uniforms) per coordinate. Spans several chunks and a partial last one: the chunks'
-    counter offsets must continue the one keystream, whatever the thread count."""
+    under the draw's key and counter, 53-bit uniforms, and per coordinate the sum of TWO
+    Box–Muller outputs of two DIFFERENT pairs (four uniforms: this pair's sine, the next pair's
+    cosine). Spans several chunks and a partial last one: the chunks' counter offsets must
+    continue the one keystream, whatever the thread count."""
     secret = bytes(range(48))
     n = 3 * noise_module._CHUNK + 123
     out = torch.zeros(n, dtype=torch.float64)
@@ -230,6 +239,26 @@ def test_keystream_noise_is_standard_normal() -> None:
     assert stats.chi2.ppf(TAIL, 99) < chi2 < stats.chi2.isf(TAIL, 99)
 
 
+def test_adjacent_coordinates_are_independent() -> None:
+    """Coordinates j and j + 1 share Box–Muller pair j + 1 (its cosine output in j, its sine
+    output in j + 1): they are independent only because the two outputs of a pair are. Fails if
+    one output fed both (the sine replaced by the cosine: correlation 1/2) or a radius or angle
+    were reused. 10⁶ coordinates of one draw (many chunks): the lag-1 correlations of z and of
+    z² within 6 standard errors (1/√n) of 0, and a χ² over 10 × 10 equiprobable cells of the
+    disjoint pairs (z_2i, z_2i+1) (99 d.o.f.), which sees any dependence of the pair's law."""
+    from scipy import stats
+
+    n = 1_000_000
+    z = secure_standard_normal(n)
+    for f in (z, z * z):
+        assert abs(float(np.corrcoef(f[:-1], f[1:])[0, 1])) < 6 / math.sqrt(n)
+    cell = np.minimum((stats.norm.cdf(z) * 10).astype(int), 9)
+    counts = np.bincount(10 * cell[0::2] + cell[1::2], minlength=100)
+    expected = n / 2 / 100
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert stats.chi2.ppf(TAIL, 99) < chi2 < stats.chi2.isf(TAIL, 99)
+
+
 def test_noise_tails_are_gaussian_and_bounded() -> None:
     """Tail frequencies beyond 3, 4 and 5 standard deviations within binomial bounds of N(0, 1)'s,
     and the hard bound of the construction: |z| ≤ 2·√(−2 ln 2⁻⁵³)/√2 ≈ 12.1."""
@@ -247,7 +276,13 @@ def test_noise_is_formed_in_float64_and_rounded_once() -> None:
     """Why not the parameter's dtype: a sum of two float32 terms of size ~1 is a multiple of
     2⁻²⁴ (or coarser), so small float32 noise values would sit on that grid — the holes a
     floating-point attack tests for. Formed in float64 and rounded once, a float32 value in
-    [2⁻⁸, 2⁻⁶) is a multiple of 2⁻²⁴ only if its 5–7 lowest bits are 0 (≈ 1 %)."""
+    [2⁻⁸, 2⁻⁶) is a multiple of 2⁻²⁴ only if its 5–7 lowest bits are 0 (≈ 1 %). And the
+    transform itself is float64: a float32 one would make every √2·z a float32 number (the
+    fused multiply-add of the two terms can hide that from the grid check), while a float64
+    value has at most 24 significant bits with probability ≈ 2⁻²⁹."""
+    root2_z = torch.zeros(100_000, dtype=torch.float64)
+    noise_module.keystream_noise_add_(root2_z, 1.0, GaussianNoise().draw_secret())
+    assert int((root2_z.float().double() == root2_z).sum()) <= 5
     noise = GaussianNoise().sample((4_000_000,), math.sqrt(2), torch.float32)  # scale std/√2 = 1
     small = noise[(noise.abs() >= 2.0**-8) & (noise.abs() < 2.0**-6)].double()
     assert small.numel() > 20_000
@@ -285,8 +320,8 @@ def test_counter_based_device_path_runs_on_cpu() -> None:
     out = torch.zeros(n, dtype=torch.float64)
     noise_module.generator_noise_add_(out, 1.0, secret)
     gen = torch.Generator().manual_seed(int.from_bytes(secret[:8], "little"))
-    words = torch.empty(4 * n, dtype=torch.int64).random_(0, 2**53, generator=gen)
-    np.testing.assert_allclose(out.numpy(), reference_transform(words.numpy().reshape(4, n)), rtol=1e-12, atol=1e-12)
+    words = torch.empty(2 * (n + 1), dtype=torch.int64).random_(0, 2**53, generator=gen)
+    np.testing.assert_allclose(out.numpy(), reference_transform(words.numpy().reshape(2, n + 1)), rtol=1e-12, atol=1e-12)
     draws = []
     for _ in range(2):
         z = torch.zeros(200_000, dtype=torch.float64)

@@ -15,41 +15,74 @@ released gradient and recover the clipped sum. Hence:
   seed can subtract the noise; a loud warning is logged once per process and ``privacy.json``
   records that the seed was set.
 
-**Keystream layout and threads.** A draw of n coordinates reads the first 32n bytes of the
-keystream (AES blocks ``c₀``, ``c₀ + 1``, … mod 2¹²⁸) as 64-bit words (native byte order), in
-chunks of ``B =`` :data:`_CHUNK` coordinates: the chunk of coordinates ``[s, s + k)`` reads
-bytes ``[32s, 32(s + k))`` as four rows of k words (u_A, u_B, v_A, v_B below). Chunks are
-handed to ``torch.get_num_threads()`` threads (OpenSSL's AES, numpy's and torch's kernels run
-without the GIL); each chunk starts its own CTR encryptor at counter ``c₀ + 2s``. One key,
-disjoint counter ranges: together the chunks read exactly the keystream one sequential
-encryptor would produce, no block twice (AES is a permutation, so the blocks of a draw — fewer
-than 2¹²⁸ — are distinct). The noise is thus a function of ``(key, c₀, n)`` alone, the same
-for any thread count; a test checks it against a single-encryptor reference. Each chunk is
-added straight into the target tensor (no full-size float64 copy of the noise).
+**Keystream layout and threads.** A draw of n coordinates is cut into chunks of ``B =``
+:data:`_CHUNK` coordinates; the chunk ``c`` (coordinates ``[cB, cB + k)``, ``k ≤ B``) reads the
+``k + 1`` AES blocks from counter ``c₀ + c(B + 1)`` (mod 2¹²⁸) — ``16(k + 1)`` bytes, as
+``2(k + 1)`` 64-bit words (native byte order) in two rows of ``k + 1``: ``u_0 … u_k`` then
+``v_0 … v_k`` (``k + 1`` Box–Muller pairs, below). Chunks are handed to
+``torch.get_num_threads()`` threads (OpenSSL's AES, numpy's and torch's kernels run without the
+GIL); each chunk starts its own CTR encryptor at its first block. One key, disjoint counter
+ranges: together the chunks read exactly the keystream one sequential encryptor would produce,
+no block twice (AES is a permutation, so the blocks of a draw — fewer than 2¹²⁸ — are
+distinct). The noise is thus a function of ``(key, c₀, n)`` alone, the same for any thread
+count; a test checks it against a single-encryptor reference. Each chunk is added straight into
+the target tensor (no full-size float64 copy of the noise).
 
 **Floating-point defence** (Mironov 2012; Holohan & Braghin 2021, "Secure Random Sampling in
 Differential Privacy", ESORICS 2021, arXiv:2107.10138, Sec. 5.1; the attack on Opacus,
 Jin et al. 2022, arXiv:2112.05307). One floating-point Box–Muller sample can be inverted: its
 low-order bits reveal the uniforms, hence the unnoised value. The paper's fix sums 2n Box–Muller
-samples (n pairs, i.e. 2n independent p-bit uniforms) and divides by √(2n); the attack must
-then search 2^(p(2n−1)) uniforms: 2¹⁵⁹ for n = 2 and p = 53 (Opacus' secure mode: four
-``torch.normal`` draws, summed, halved). Here every coordinate is
+samples (n pairs, i.e. 2n independent p-bit uniforms) and divides by √(2n); to test one
+released value the attack must then search the 2n − 1 uniforms the value does not pin down,
+2^(p(2n−1)): 2¹⁵⁹ for n = 2 and p = 53. Opacus' secure mode (``_generate_noise`` in
+``opacus/optimizers/optimizer.py``) sums four ``torch.normal`` draws and halves them, citing
+the same 2¹⁵⁹. Here, with pair ``j = (u_j, v_j)`` of a chunk, ``u = 1 − w·2⁻⁵³ ∈ (0, 1]`` and
+``v = w·2⁻⁵³`` from the low 53 bits of its words, and its two Box–Muller outputs
 
-    z = (r_A cos φ_A + r_B cos φ_B) / √2,   r = √(−2 ln u),  φ = 2πv,
+    X_j = r_j cos φ_j,   Y_j = r_j sin φ_j,   r = √(−2 ln u),  φ = 2πv,
 
-with ``u = 1 − w·2⁻⁵³ ∈ (0, 1]`` and ``v = w·2⁻⁵³`` from the low 53 bits of the coordinate's
-words (in the order u_A, u_B, v_A, v_B): four independent 53-bit uniforms, exactly N(0, 1) in
-real arithmetic. This is the paper's n = 2 construction evaluated with the paper's own identity
-(its footnote 2) cos θ + sin θ = √2 cos(θ − π/4): both outputs of a Box–Muller pair sum to
-√2·r·cos(θ − π/4), and θ − π/4 is as uniform as θ, so each pair contributes one cosine of a
-uniform angle. The attack still searches the same four uniforms (2¹⁵⁹), at half the
-transcendental work (2 log, 2 sqrt, 2 cos per coordinate; the previous code also took 2 sin).
+coordinate ``j`` of the chunk is
+
+    z_j = (Y_j + X_{j+1}) / √2          (j = 0 … k − 1; X_0 and Y_k are not used):
+
+a chain in which each pair gives its sine output to its own coordinate and its cosine output to
+the previous one. Every output feeds one coordinate only, and a pair's two outputs are
+independent N(0, 1) (exactly, in real arithmetic), so the coordinates are i.i.d. N(0, 1); a
+test checks that adjacent coordinates are independent (it fails if the sine is replaced by the
+cosine, which makes neighbours share a term). Why this is still the paper's defence:
+
+* *one released coordinate* is a function of four independent 53-bit uniforms
+  (``u_j, v_j, u_{j+1}, v_{j+1}``): testing it means searching the three it does not pin down,
+  2¹⁵⁹ — the paper's n = 2 bound, as before;
+* *several released coordinates at once*: the attacker who tests m adjacent coordinates must
+  find the 2(m + 1) uniforms of their m + 1 pairs under m equations, m + 2 free uniforms,
+  2^(53(m+2)) ≥ 2¹⁵⁹; any set of coordinates splits into such runs (chunks share no pair), so
+  a single coordinate stays the cheapest target. This is why the pairs are chained: giving the
+  cosine and the sine of the SAME two pairs to two coordinates would leave 4 − 2 = 2 free
+  uniforms for that couple of coordinates, 2¹⁰⁶;
+* sharing a pair's two outputs between coordinates is how ``torch.normal`` itself consumes
+  Box–Muller pairs (CPU, contiguous, ≥ 16 elements: in each block of 16 the cosine output goes
+  to element i and the sine output to element i + 8, ``NormalFill16`` in ATen's
+  ``DistributionTemplates.h``), hence how Opacus' secure mode does: its coordinates i and i + 8
+  are sums over the same four pairs.
+
+The departure from the paper: each coordinate sums two Box–Muller outputs of two different pairs
+rather than both outputs of each of its two pairs; the count of uniforms behind one coordinate
+(four), hence the attack's work, is the paper's. Per coordinate this costs 16 bytes of
+keystream, one log, one sqrt, one sine and one cosine (the previous construction, two cosines of
+two pairs of its own, took 32 bytes and two of each but the sine). The mode keeps its recorded
+name ``csprng-4sum`` (four uniforms per coordinate, the n = 2 defence).
 
 **Precision: float64, rounded once to the parameter's dtype.** ``z`` is formed in float64 and
 ``tensor.add_(z, alpha=σC/√2)`` computes ``g + σC·z`` in float64 and rounds it once to the
-tensor's dtype. Forming ``z`` in float32 would NOT be safe: a sum of two float32 terms of size
+tensor's dtype. Forming ``z`` (or any stage of it) in float32 would NOT be safe, though float32
+sines and cosines cost about half as much: the uniforms would be cut to 24 bits (u, v and φ
+carry 53), shrinking the attack's search far below 2¹⁵⁹, and a sum of two float32 terms of size
 ~1 is a multiple of 2⁻²³–2⁻²⁴, while float32 resolves much finer below 1/2, so small noise
-values would sit on a coarse grid — the holes the attack tests for (a test measures this). The
+values would sit on a coarse grid — the holes the attack tests for (a test measures this, and
+one checks that the transform's values are not float32 numbers). So every stage before the
+final rounding is float64: none of them can drop to float32 without dropping bits of the
+uniforms. The
 float64 grid (≤ 2⁻⁵⁰·σC) is visible through float32 (bfloat16: far less) only where the
 released value is below about 2⁻²⁷·σC in magnitude, probability ≈ 4·10⁻⁹ per coordinate (the
 previous code, float64 cast to float32, had the same bound). So the parameter's dtype is used
@@ -95,15 +128,21 @@ NoiseMode = Literal["csprng-4sum", "research-seed"]
 
 #: Bytes of a draw's secret: an AES-256 key, then the initial CTR counter block.
 _KEY_BYTES, _COUNTER_BYTES = 32, 16
-#: Keystream per coordinate: four 64-bit words = two AES blocks.
-_WORDS, _BLOCKS = 4, 2
+#: A Box–Muller pair is two 64-bit words (u, v) = one AES block; a chunk of k coordinates
+#: reads k + 1 pairs (the chain of the module note).
+_WORDS = 2
 _UNIFORM_BITS = 53
-#: Coordinates per chunk: 1 MiB of keystream and 1 MiB of float64 work per thread; larger
+#: Coordinates per chunk: 1 MiB of keystream and 1.5 MiB of float64 work per thread; larger
 #: chunks gained < 3 % in time per coordinate, smaller ones pay the ops' call overhead.
-_CHUNK = 1 << 15
-#: Coordinates per chunk on a non-CPU device (bounds the device's working memory to 32 MiB).
+_CHUNK = 1 << 16
+#: Coordinates per chunk on a non-CPU device (bounds the device's working memory to 40 MiB).
 _DEVICE_CHUNK = 1 << 20
-_ZEROS = memoryview(bytes(8 * _WORDS * _CHUNK))
+_ZEROS = memoryview(bytes(8 * _WORDS * (_CHUNK + 1)))
+
+
+def _pairs(k: int) -> int:
+    """Box–Muller pairs (= AES blocks) read by a chunk of ``k`` coordinates."""
+    return k + 1
 
 
 def _warn_research_seed_once() -> None:
@@ -138,24 +177,28 @@ def csprng_bytes(n: int) -> bytearray:
     return out
 
 
-def box_muller_4sum(words: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
-    """``√2·z`` for the k coordinates of one chunk from its ``4k`` uniform 64-bit ``words`` (int64).
+def box_muller_chain(words: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
+    """``√2·z`` for the k coordinates of one chunk from its ``2(k + 1)`` uniform words (int64).
 
-    ``z = (r_A cos φ_A + r_B cos φ_B)/√2`` (module note); the caller scales by ``std/√2``. The
-    words are read as four rows of k: u_A, u_B, v_A, v_B. ``work`` is float64 scratch of ``4k``
-    elements on the words' device; ``words`` is masked in place to its low 53 bits. Returns a
-    view into ``work``.
+    The words are two rows of ``k + 1``: u_0 … u_k, then v_0 … v_k (pair j = (u_j, v_j)); with
+    ``X_j = r_j cos φ_j`` and ``Y_j = r_j sin φ_j`` (both outputs of pair j), coordinate j is
+    ``Y_j + X_{j+1} = √2·z_j`` (module note); the caller scales by ``std/√2``. ``work`` is
+    float64 scratch of at least ``3k + 2`` elements on the words' device; ``words`` is masked in
+    place to its low 53 bits. Returns a view into ``work``.
     """
-    k = words.numel() // _WORDS
+    m = words.numel() // _WORDS
+    k = m - 1
     words.bitwise_and_((1 << _UNIFORM_BITS) - 1)
-    work.copy_(words)  # exact: every value is below 2⁵³
-    radius, angle = work[: 2 * k], work[2 * k :]
+    work[: 2 * m].copy_(words)  # exact: every value is below 2⁵³
+    radius, angle, out = work[:m], work[m : 2 * m], work[2 * m : 2 * m + k]
     # u = 1 − w·2⁻⁵³ ∈ (0, 1] is exact, so ln u is accurate even as u → 1 (small radii)
     _log_(radius.mul_(-(2.0**-_UNIFORM_BITS)).add_(1.0)).mul_(-2.0)
     _sqrt_(radius)
-    angle.mul_(2.0 * math.pi * 2.0**-_UNIFORM_BITS).cos_()
-    radius.mul_(angle)
-    return torch.add(radius[:k], radius[k:], out=angle[:k])
+    angle.mul_(2.0 * math.pi * 2.0**-_UNIFORM_BITS)
+    torch.sin(angle[:k], out=out)  # Y_j: pair j's sine output goes to coordinate j
+    nxt = angle[1:].cos_()  # X_{j+1}: pair j+1's cosine output goes to coordinate j too
+    out.mul_(radius[:k])
+    return out.addcmul_(radius[1:], nxt)
 
 
 def _log_(x: torch.Tensor) -> torch.Tensor:
@@ -179,8 +222,8 @@ class _Scratch(threading.local):
 
     def __init__(self) -> None:
         self.stream = bytearray(len(_ZEROS) + 16)  # update_into wants a block's slack
-        self.words = torch.frombuffer(self.stream, dtype=torch.int64, count=_WORDS * _CHUNK)
-        self.work = torch.empty(_WORDS * _CHUNK, dtype=torch.float64)
+        self.words = torch.frombuffer(self.stream, dtype=torch.int64, count=_WORDS * _pairs(_CHUNK))
+        self.work = torch.empty(3 * _pairs(_CHUNK), dtype=torch.float64)
 
 
 _SCRATCH = _Scratch()
@@ -240,9 +283,10 @@ def keystream_noise_add_(flat: torch.Tensor, scale: float, secret: bytes, thread
     def chunk(start: int) -> Callable[[], None]:
         def run() -> None:
             k, scratch = min(_CHUNK, n - start), _SCRATCH
-            # this chunk's own counter range: blocks c₀ + 2·start onwards
-            _encryptor(secret, _BLOCKS * start).update_into(_ZEROS[: 8 * _WORDS * k], scratch.stream)
-            z = box_muller_4sum(scratch.words[: _WORDS * k], scratch.work[: _WORDS * k])
+            words = _WORDS * _pairs(k)
+            # this chunk's own counter range: blocks c₀ + (start/B)·(B + 1) onwards
+            _encryptor(secret, start // _CHUNK * _pairs(_CHUNK)).update_into(_ZEROS[: 8 * words], scratch.stream)
+            z = box_muller_chain(scratch.words[:words], scratch.work)
             flat[start : start + k].add_(z, alpha=scale)
 
         return run
@@ -256,7 +300,7 @@ def keystream_noise_add_(flat: torch.Tensor, scale: float, secret: bytes, thread
 def _intra_op_threads(count: int) -> Iterator[None]:
     """torch's intra-op threads set to ``count`` for the calling thread, restored after.
 
-    The chunks' ops are small (≤ 32 768 elements) and run in the draw's own threads; torch's
+    The chunks' ops are small (≤ 65 537 elements) and run in the draw's own threads; torch's
     MKL-backed float64 ``cos`` would otherwise fork an OpenMP team from every one of them (its
     grain is 2 048 elements): oversubscribed cores, and stalls on a loaded machine. Threads of
     the noise pool take this setting when they first run torch code, i.e. inside a draw.
@@ -285,12 +329,12 @@ def generator_noise_add_(flat: torch.Tensor, scale: float, secret: bytes) -> Non
         generator.set_offset((int.from_bytes(secret[8:16], "little") >> 6) << 2)
     n = flat.numel()
     chunk = min(_DEVICE_CHUNK, n)
-    words = torch.empty(_WORDS * chunk, dtype=torch.int64, device=flat.device)
-    work = torch.empty(_WORDS * chunk, dtype=torch.float64, device=flat.device)
+    words = torch.empty(_WORDS * _pairs(chunk), dtype=torch.int64, device=flat.device)
+    work = torch.empty(3 * _pairs(chunk), dtype=torch.float64, device=flat.device)
     for start in range(0, n, chunk):
         k = min(chunk, n - start)
-        words[: _WORDS * k].random_(0, 1 << _UNIFORM_BITS, generator=generator)
-        flat[start : start + k].add_(box_muller_4sum(words[: _WORDS * k], work[: _WORDS * k]), alpha=scale)
+        w = words[: _WORDS * _pairs(k)].random_(0, 1 << _UNIFORM_BITS, generator=generator)
+        flat[start : start + k].add_(box_muller_chain(w, work), alpha=scale)
 
 
 def on_keystream(device: torch.device) -> bool:
