@@ -125,16 +125,18 @@ class Stages:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
         self.peak_mb: dict[str, float] = {}
 
     def run(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         print(f"stage {name}", file=sys.stderr, flush=True)  # the parent names the stage a kill hits
         _reset_peak()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             return fn(*args, **kwargs)
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + time.process_time() - cpu
             self.peak_mb[name] = max(self.peak_mb.get(name, 0.0), _status_mb("VmHWM"))
 
     def wrap(self, obj: Any, attr: str, name: str) -> None:
@@ -166,7 +168,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     stages.run("prepare", session.prepare)
     result = stages.run("train", session.train, STEPS if session.plan.trains else 0)
     evaluation = stages.run("evaluate", session.evaluate)
-    return {"seconds": stages.seconds, "peak_mb": stages.peak_mb, "rss_after_imports_mb": before,
+    # the whole run's peak is the largest stage peak: clear_refs also resets ru_maxrss
+    return {"seconds": stages.seconds, "cpu_seconds": stages.cpu_seconds, "peak_mb": stages.peak_mb,
+            "peak_mb_total": max(stages.peak_mb.values()), "rss_after_imports_mb": before,
             "sigma": session.noise_multiplier, "epsilon": result["epsilon"],
             "metric": {k: v for k, v in evaluation.items() if isinstance(v, float)}}
 
@@ -215,12 +219,13 @@ def run_cell(spec: dict[str, Any], timeout: float, max_rss_mb: float) -> dict[st
     """One cell in a fresh process, watched: killed past ``timeout`` s or ``max_rss_mb`` MB of RSS."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)], stdout=out, stderr=err)
-        start, reason = time.monotonic(), None
-        while True:  # wait4, not poll: it reaps the child with its rusage (ru_maxrss)
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        start, reason, sampled = time.monotonic(), None, 0.0
+        while True:  # the parent samples the child's RSS: the kill rule's measure
+            pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
-            if reason is None and _rss_mb(proc.pid) > max_rss_mb:
+            sampled = max(sampled, _rss_mb(proc.pid))
+            if reason is None and sampled > max_rss_mb:
                 reason = f"RSS above {max_rss_mb:.0f} MB"
             elif reason is None and time.monotonic() - start > timeout:
                 reason = f"timeout after {timeout:.0f} s"
@@ -235,8 +240,8 @@ def run_cell(spec: dict[str, Any], timeout: float, max_rss_mb: float) -> dict[st
     if reason is None and status != 0:
         reason = "error: " + (stderr.strip().splitlines() or ["(no message)"])[-1][:300]
     if reason is not None:
-        return {"ok": False, "failed_stage": stage, "reason": reason, "peak_mb_total": usage.ru_maxrss / 1024}
-    return {"ok": True, **json.loads(stdout.strip().splitlines()[-1]), "peak_mb_total": usage.ru_maxrss / 1024,
+        return {"ok": False, "failed_stage": stage, "reason": reason, "sampled_peak_mb": sampled}
+    return {"ok": True, **json.loads(stdout.strip().splitlines()[-1]), "sampled_peak_mb": sampled,
             "wall_seconds": time.monotonic() - start}
 
 
@@ -256,17 +261,24 @@ def read_cells(path: Path) -> list[dict[str, Any]]:
 
 
 def table(cells: list[dict[str, Any]]) -> str:
-    """Per method and stage: seconds and peak MB at each size, and the fitted exponents."""
+    """Per method and stage: wall seconds (CPU seconds) / peak MB at each size, and the fitted
+    exponents of CPU time, wall time and peak memory. CPU time is the process's own
+    (``time.process_time``): other jobs on the machine stretch the wall time, not it."""
     sizes = sorted({c["edges"] for c in cells})
-    head = " | ".join(f"{e:.0e} edges: s / MB" for e in sizes)
-    lines = [f"| method | stage | {head} | time exponent | memory exponent |",
-             "|---|---|" + "---|" * len(sizes) + "---|---|"]
+    head = " | ".join(f"{e:.0e} edges: s (CPU s) / MB" for e in sizes)
+    lines = [f"| method | stage | {head} | exponent: CPU | wall | memory |",
+             "|---|---|" + "---|" * len(sizes) + "---|---|---|"]
+
+    def fit(points: list[tuple[float, float]]) -> str:
+        k = slope(points) if max((y for _, y in points), default=0) >= MIN_SECONDS else None
+        return "–" if k is None else f"{k:.2f}"
+
     for method in METHODS:
         mine = {c["edges"]: c for c in cells if c["method"] == method}
         if not mine:
             continue
         for stage in STAGES:
-            row, times, mems = [], [], []
+            row, walls, cpus, mems = [], [], [], []
             for e in sizes:
                 c = mine.get(e)
                 if c is None:
@@ -274,23 +286,24 @@ def table(cells: list[dict[str, Any]]) -> str:
                 elif not c["ok"]:
                     row.append(f"failed ({c['reason']})" if c["failed_stage"] == stage else "–")
                 elif stage in c["seconds"]:
-                    s, mb = c["seconds"][stage], c["peak_mb"][stage]
-                    row.append(f"{s:.2f} / {mb:.0f}")
-                    times.append((e, s))
+                    s, cpu, mb = c["seconds"][stage], c["cpu_seconds"][stage], c["peak_mb"][stage]
+                    row.append(f"{s:.2f} ({cpu:.2f}) / {mb:.0f}")
+                    walls.append((e, s))
+                    cpus.append((e, cpu))
                     mems.append((e, mb))
                 else:
                     row.append("–")
             if all(r == "–" for r in row):
                 continue
-            k_t = slope(times) if max((s for _, s in times), default=0) >= MIN_SECONDS else None
             k_m = slope(mems)
-            lines.append(f"| {method} | {stage} | {' | '.join(row)} | "
-                         f"{'–' if k_t is None else f'{k_t:.2f}'} | {'–' if k_m is None else f'{k_m:.2f}'} |")
+            lines.append(f"| {method} | {stage} | {' | '.join(row)} | {fit(cpus)} | {fit(walls)} | "
+                         f"{'–' if k_m is None else f'{k_m:.2f}'} |")
         totals = [(e, c["peak_mb_total"]) for e, c in sorted(mine.items()) if c["ok"]]
-        if totals:
-            lines.append(f"| {method} | whole run: peak RSS (MB) | "
-                         + " | ".join(f"{mine[e]['peak_mb_total']:.0f}" if e in mine and mine[e]["ok"] else "–"
-                                      for e in sizes) + f" | – | {slope(totals) or float('nan'):.2f} |")
+        k_total = slope(totals)
+        lines.append(f"| {method} | whole run: peak RSS (MB) | "
+                     + " | ".join(f"{mine[e]['peak_mb_total']:.0f}" if e in mine and mine[e]["ok"] else "–"
+                                  for e in sizes)
+                     + f" | – | – | {'–' if k_total is None else f'{k_total:.2f}'} |")
     return "\n".join(lines)
 
 
@@ -305,19 +318,19 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
     for ax, method in zip(axes[0], methods, strict=True):
         ok = sorted((c for c in cells if c["method"] == method and c["ok"]), key=lambda c: c["edges"])
         for stage in STAGES:
-            pts = [(c["edges"], c["seconds"][stage]) for c in ok if stage in c["seconds"]]
+            pts = [(c["edges"], c["cpu_seconds"][stage]) for c in ok if stage in c["cpu_seconds"]]
             if pts and max(s for _, s in pts) >= MIN_SECONDS:
                 ax.plot(*zip(*pts, strict=True), marker="o", label=stage)
         xs = [c["edges"] for c in ok]
         if xs:  # a reference line of slope 1 through the first size's largest stage
-            y0 = max(c["seconds"][s] for s in ok[0]["seconds"] for c in ok[:1])
+            y0 = max(ok[0]["cpu_seconds"].values())
             ax.plot(xs, [y0 * x / xs[0] for x in xs], "k:", label="∝ edges")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(method)
         ax.set_xlabel("undirected edges")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("seconds per stage")
+    axes[0][0].set_ylabel("CPU seconds per stage")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
