@@ -1210,6 +1210,13 @@ MUTANTS: tuple[Mutant, ...] = (
           "    if node.null_count:\n",
           "    if False:  # MUTANT\n"),),
     ),
+    Mutant(
+        "pma-aggregate-last-chunk", "the last chunk of edges of PMA's chunked sum A·H (issue 28): "
+        "without it some in-neighbours are left out of a released aggregate",
+        (("plugins/graphveil/plugins/gdp/common.py",
+          "    for start in range(0, src.numel(), step):\n",
+          "    for start in range(0, src.numel() - step, step):  # MUTANT: the tail chunk dropped\n"),),
+    ),
 )
 
 # Not a real mutant: breaks the import of graphveil in the copy. --self-test runs it to prove
