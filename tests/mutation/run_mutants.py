@@ -1217,6 +1217,13 @@ MUTANTS: tuple[Mutant, ...] = (
           "    for start in range(0, src.numel(), step):\n",
           "    for start in range(0, src.numel() - step, step):  # MUTANT: the tail chunk dropped\n"),),
     ),
+    Mutant(
+        "parquet-edge-unknown-id", "the refusal of a relation naming an unknown node id in the column-wise "
+        "lookup of the parquet node path (issue 28)",
+        (("plugins/graphveil/plugins/standard/sources/parquet.py",
+          "                if index.null_count:\n",
+          "                if False:  # MUTANT\n"),),
+    ),
 )
 
 # Not a real mutant: breaks the import of graphveil in the copy. --self-test runs it to prove
