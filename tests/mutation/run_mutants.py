@@ -1224,6 +1224,13 @@ MUTANTS: tuple[Mutant, ...] = (
           "                if index.null_count:\n",
           "                if False:  # MUTANT\n"),),
     ),
+    Mutant(
+        "node-graph-reverse-check", "NodeGraph's refusal of an edge without its reverse, by comparing the "
+        "sorted reverse keys with the keys (issue 28: no isin over 2·10⁷ columns)",
+        (("framework/graphveil/data/node_graph.py",
+          "    if torch.equal(torch.sort(v * n + u).values, keys):\n",
+          "    if True:  # MUTANT\n"),),
+    ),
 )
 
 # Not a real mutant: breaks the import of graphveil in the copy. --self-test runs it to prove
