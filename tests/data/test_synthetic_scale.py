@@ -116,3 +116,22 @@ def test_write_parquet_round_trips_through_the_parquet_source(tmp_path):
     assert torch.equal(graph.y, data.y)  # labels 0..4 are the class names "0".."4", in order
     assert graph.class_names == ["0", "1", "2", "3", "4"]
     assert torch.equal(graph.edge_index, data.edge_index)
+
+
+def test_the_synthetic_source_gives_the_generated_node_graph():
+    from graphveil.contract.errors import DataError
+    from graphveil.data import NodeGraph, load_data
+    from graphveil.run.config import DataConfig
+
+    graph = load_data(DataConfig.model_validate(
+        {"source": "synthetic", "num_nodes": 400, "num_edges": 1_500, "num_classes": 3, "num_features": 5,
+         "seed": 7}))
+    data = block_csbm(400, 1_500, num_classes=3, num_features=5, generator=gen(7))
+    assert isinstance(graph, NodeGraph) and graph.class_names == ["0", "1", "2"]
+    assert torch.equal(graph.edge_index, data.edge_index) and torch.equal(graph.x, data.x)
+    assert torch.equal(graph.y, data.y) and graph.node_ids[:2] == ["0", "1"]
+    power = load_data(DataConfig.model_validate(
+        {"source": "synthetic", "kind": "power_law", "num_nodes": 400, "num_edges": 1_500, "exponent": 3}))
+    assert power.num_undirected_edges == 1_500
+    with pytest.raises(DataError, match=r"source synthetic, kind csbm\): num_edges=30000 is more than a quarter"):
+        load_data(DataConfig.model_validate({"source": "synthetic", "num_nodes": 100, "num_edges": 30_000}))
