@@ -45,9 +45,16 @@ def test_constant_values_give_a_point_interval_and_the_interval_holds_the_mean()
         bootstrap_ci(torch.zeros(0))
 
 
-def test_interval_agrees_with_an_independent_numpy_bootstrap_and_the_normal_width() -> None:
+@pytest.mark.parametrize("chunk", [None, 7 * 2000])  # default, or 7 resamples per draw (issue 28)
+def test_interval_agrees_with_an_independent_numpy_bootstrap_and_the_normal_width(
+        chunk: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Large n: the percentile interval is close to numpy's bootstrap with another generator and
-    to mean ± 1.96·sd/√n; a wrong quantile (e.g. 90 %) or resampling without replacement fails."""
+    to mean ± 1.96·sd/√n; a wrong quantile (e.g. 90 %) or resampling without replacement fails.
+    Drawn a few resamples at a time (the memory bound for millions of relations), the same."""
+    if chunk is not None:
+        import graphveil.evaluation as evaluation
+
+        monkeypatch.setattr(evaluation, "BOOTSTRAP_CHUNK", chunk)
     rng = np.random.default_rng(7)
     x = rng.exponential(size=2000)
     lo, hi = bootstrap_ci(torch.from_numpy(x), seed=0, resamples=4000)
