@@ -1225,6 +1225,13 @@ MUTANTS: tuple[Mutant, ...] = (
           "                if False:  # MUTANT\n"),),
     ),
     Mutant(
+        "bootstrap-multinomial-shares", "the bootstrap of few distinct values by multinomial counts at each "
+        "value's share (issue 28): uniform shares resample another distribution",
+        (("framework/graphveil/evaluation.py",
+          "        shares = counts.double().numpy() / m\n",
+          "        shares = np.full(distinct.numel(), 1.0 / distinct.numel())  # MUTANT\n"),),
+    ),
+    Mutant(
         "node-graph-reverse-check", "NodeGraph's refusal of an edge without its reverse, by comparing the "
         "sorted reverse keys with the keys (issue 28: no isin over 2·10⁷ columns)",
         (("framework/graphveil/data/node_graph.py",
