@@ -262,12 +262,13 @@ def read_cells(path: Path) -> list[dict[str, Any]]:
 
 def table(cells: list[dict[str, Any]]) -> str:
     """Per method and stage: wall seconds (CPU seconds) / peak MB at each size, and the fitted
-    exponents of CPU time, wall time and peak memory. CPU time is the process's own
+    exponents of CPU time (all sizes, and the two largest: fixed costs weigh less there), wall
+    time and peak memory. CPU time is the process's own
     (``time.process_time``): other jobs on the machine stretch the wall time, not it."""
     sizes = sorted({c["edges"] for c in cells})
     head = " | ".join(f"{e:.0e} edges: s (CPU s) / MB" for e in sizes)
-    lines = [f"| method | stage | {head} | exponent: CPU | wall | memory |",
-             "|---|---|" + "---|" * len(sizes) + "---|---|---|"]
+    lines = [f"| method | stage | {head} | exponent: CPU | CPU, last two sizes | wall | memory |",
+             "|---|---|" + "---|" * len(sizes) + "---|---|---|---|"]
 
     def fit(points: list[tuple[float, float]]) -> str:
         k = slope(points) if max((y for _, y in points), default=0) >= MIN_SECONDS else None
@@ -296,14 +297,14 @@ def table(cells: list[dict[str, Any]]) -> str:
             if all(r == "–" for r in row):
                 continue
             k_m = slope(mems)
-            lines.append(f"| {method} | {stage} | {' | '.join(row)} | {fit(cpus)} | {fit(walls)} | "
+            lines.append(f"| {method} | {stage} | {' | '.join(row)} | {fit(cpus)} | {fit(cpus[-2:])} | {fit(walls)} | "
                          f"{'–' if k_m is None else f'{k_m:.2f}'} |")
         totals = [(e, c["peak_mb_total"]) for e, c in sorted(mine.items()) if c["ok"]]
         k_total = slope(totals)
         lines.append(f"| {method} | whole run: peak RSS (MB) | "
                      + " | ".join(f"{mine[e]['peak_mb_total']:.0f}" if e in mine and mine[e]["ok"] else "–"
                                   for e in sizes)
-                     + f" | – | – | {'–' if k_total is None else f'{k_total:.2f}'} |")
+                     + f" | – | – | – | {'–' if k_total is None else f'{k_total:.2f}'} |")
     return "\n".join(lines)
 
 
@@ -314,8 +315,10 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     methods = [m for m in METHODS if any(c["method"] == m and c["ok"] for c in cells)]
-    fig, axes = plt.subplots(1, len(methods), figsize=(4.2 * len(methods), 3.8), sharey=True, squeeze=False)
-    for ax, method in zip(axes[0], methods, strict=True):
+    cols = min(2, len(methods))
+    rows = math.ceil(len(methods) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.6 * rows), sharey=True, squeeze=False)
+    for ax, method in zip(axes.flat, methods, strict=False):  # a 2 × 2 grid may have a spare panel
         ok = sorted((c for c in cells if c["method"] == method and c["ok"]), key=lambda c: c["edges"])
         for stage in STAGES:
             pts = [(c["edges"], c["cpu_seconds"][stage]) for c in ok if stage in c["cpu_seconds"]]
@@ -330,8 +333,11 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
         ax.set_title(method)
         ax.set_xlabel("undirected edges")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("CPU seconds per stage")
-    axes[0][-1].legend(fontsize=7)
+    for row in axes:
+        row[0].set_ylabel("CPU seconds per stage")
+    for ax in list(axes.flat)[len(methods):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
