@@ -332,8 +332,8 @@ def power_law_graph(
 
 
 def _chung_lu_offset(n: int, num_edges: int, alpha: float) -> float:
-    """i₀ ≥ 0 with ``w_0 / mean(w) · 2E/n ≤ √(2E)`` for ``w_i = (i + i₀)^(−α)``: the hub's expected
-    degree at most √(2E) (bisection; the ratio falls as i₀ grows)."""
+    """The least i₀ ≥ 1 with ``w_0 / mean(w) · 2E/n ≤ √(2E)`` for ``w_i = (i + i₀)^(−α)``: the
+    hub's expected degree at most √(2E) (bisection; the ratio falls as i₀ grows)."""
     target = math.sqrt(2 * num_edges) * n / (2 * max(num_edges, 1))
     rank = torch.arange(n, dtype=torch.float64)
 
