@@ -16,7 +16,7 @@ from graphveil.contract.host import PluginHost, default_host
 from graphveil.data import NodeGraph, RelationalGraph, create_data_source, load_data, load_graph
 from graphveil.run.config import DataConfig, RunConfig, config_from_dict, load_config
 
-BUILTIN = {"citeseer", "citeseer_tape", "edge_list", "parquet", "planetoid", "pyg", "sql", "twitch"}
+BUILTIN = {"citeseer", "citeseer_tape", "edge_list", "parquet", "planetoid", "pyg", "sql", "synthetic", "twitch"}
 # The run config of the node-classification example, exactly.
 EXAMPLE_DATA = yaml.safe_load(
     "data: {source: planetoid, name: cora, split: {kind: random_node, val_fraction: 0.1, test_fraction: 0.15, seed: 0}}"

@@ -229,6 +229,42 @@ def test_a_list_column_is_streamed_by_row_group_with_rows_counted_across_the_fil
         load("parquet", tmp_path / "edges.parquet", tmp_path / "ragged.parquet", features_col="vec")
 
 
+def test_parquet_edge_ids_are_looked_up_by_batch_with_rows_counted_across_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node path looks the relation ids up column-wise (issue 28), in batches: stripped
+    strings, a dictionary column, rows numbered across batches in refusals."""
+    from graphveil.plugins.standard.sources import parquet as source
+
+    monkeypatch.setattr(source, "INDEX_BATCH_ROWS", 3)
+    pq.write_table(pa.table(_nodes(vec=list_column())), tmp_path / "nodes.parquet")
+    nodes = tmp_path / "nodes.parquet"
+    padded = pa.table({"source": [f" {a}" for a, _ in EDGES], "target": pa.array([f"{b} " for _, b in EDGES])
+                       .dictionary_encode()})
+    pq.write_table(padded, tmp_path / "edges.parquet", row_group_size=2)
+    check_graph(load("parquet", tmp_path / "edges.parquet", nodes, features_col="vec"))
+    bad = [*EDGES[:4], ("n4", "zz"), *EDGES[5:]]
+    pq.write_table(pa.table({"source": [a for a, _ in bad], "target": [b for _, b in bad]}), tmp_path / "bad.parquet")
+    with pytest.raises(DataError, match=r"bad\.parquet, row 5: unknown entity id 'zz'"):
+        load("parquet", tmp_path / "bad.parquet", nodes, features_col="vec")
+    pq.write_table(pa.table({"source": ["n0", "n1", "n2", "n3", None], "target": ["n1"] * 5}),
+                   tmp_path / "null.parquet")
+    with pytest.raises(DataError, match=r"null\.parquet, row 5: column 'source' is null"):
+        load("parquet", tmp_path / "null.parquet", nodes, features_col="vec")
+
+
+def test_parquet_integer_relation_ids_match_integer_node_ids(tmp_path: Path) -> None:
+    ids = [10, 11, 12, 13]
+    pq.write_table(pa.table({"id": ids, "label": [0, 1, 0, 1], "vec": list_column(X[:4])}), tmp_path / "n.parquet")
+    pq.write_table(pa.table({"source": [10, 11, 13, 12], "target": [11, 12, 10, 12]}), tmp_path / "e.parquet")
+    graph = load("parquet", tmp_path / "e.parquet", tmp_path / "n.parquet", features_col="vec")
+    assert graph.node_ids == ["10", "11", "12", "13"]
+    assert sorted(map(tuple, graph.edge_index.t().tolist())) == [(0, 1), (0, 3), (1, 0), (1, 2), (2, 1), (3, 0)]
+    assert graph.notes["dropped_self_loops"] == 1
+    pq.write_table(pa.table({"source": [10, 14], "target": [11, 12]}), tmp_path / "u.parquet")
+    with pytest.raises(DataError, match=r"u\.parquet, row 2: unknown entity id '14'"):
+        load("parquet", tmp_path / "u.parquet", tmp_path / "n.parquet", features_col="vec")
+
+
 def test_a_parquet_sparse_table_gives_the_dense_features(tmp_path: Path) -> None:
     x = np.zeros((6, 5), dtype=np.float32)
     x[0, 1], x[0, 4], x[2, 0], x[5, 3] = 1.5, -2.0, 3.0, 0.25

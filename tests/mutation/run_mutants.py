@@ -1277,6 +1277,34 @@ MUTANTS: tuple[Mutant, ...] = (
           "    if node.null_count:\n",
           "    if False:  # MUTANT\n"),),
     ),
+    Mutant(
+        "pma-aggregate-last-chunk", "the last chunk of edges of PMA's chunked sum A·H (issue 28): "
+        "without it some in-neighbours are left out of a released aggregate",
+        (("plugins/graphveil/plugins/gdp/common.py",
+          "    for start in range(0, src.numel(), step):\n",
+          "    for start in range(0, src.numel() - step, step):  # MUTANT: the tail chunk dropped\n"),),
+    ),
+    Mutant(
+        "parquet-edge-unknown-id", "the refusal of a relation naming an unknown node id in the column-wise "
+        "lookup of the parquet node path (issue 28)",
+        (("plugins/graphveil/plugins/standard/sources/parquet.py",
+          "                if index.null_count:\n",
+          "                if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "bootstrap-multinomial-shares", "the bootstrap of few distinct values by multinomial counts at each "
+        "value's share (issue 28): uniform shares resample another distribution",
+        (("framework/graphveil/evaluation.py",
+          "        shares = counts.double().numpy() / m\n",
+          "        shares = np.full(distinct.numel(), 1.0 / distinct.numel())  # MUTANT\n"),),
+    ),
+    Mutant(
+        "node-graph-reverse-check", "NodeGraph's refusal of an edge without its reverse, by comparing the "
+        "sorted reverse keys with the keys (issue 28: no isin over 2·10⁷ columns)",
+        (("framework/graphveil/data/node_graph.py",
+          "    if torch.equal(torch.sort(v * n + u).values, keys):\n",
+          "    if True:  # MUTANT\n"),),
+    ),
 )
 
 # Not a real mutant: breaks the import of graphveil in the copy. --self-test runs it to prove

@@ -45,11 +45,24 @@ def test_constant_values_give_a_point_interval_and_the_interval_holds_the_mean()
         bootstrap_ci(torch.zeros(0))
 
 
-def test_interval_agrees_with_an_independent_numpy_bootstrap_and_the_normal_width() -> None:
+@pytest.mark.parametrize(("values", "chunk"), [
+    ("continuous", None), ("continuous", 7 * 2000),  # by index: default, or 7 resamples per draw
+    ("ranks", None), ("hits", None),  # few distinct values: by multinomial counts (issue 28)
+])
+def test_interval_agrees_with_an_independent_numpy_bootstrap_and_the_normal_width(
+        values: str, chunk: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Large n: the percentile interval is close to numpy's bootstrap with another generator and
-    to mean ± 1.96·sd/√n; a wrong quantile (e.g. 90 %) or resampling without replacement fails."""
+    to mean ± 1.96·sd/√n; a wrong quantile (e.g. 90 %) or resampling without replacement fails.
+    Drawn a few resamples at a time (the memory bound for millions of relations), or by the
+    counts of few distinct values (reciprocal ranks, hits), the same."""
+    if chunk is not None:
+        import graphveil.evaluation as evaluation
+
+        monkeypatch.setattr(evaluation, "BOOTSTRAP_CHUNK", chunk)
     rng = np.random.default_rng(7)
-    x = rng.exponential(size=2000)
+    x = {"continuous": lambda: rng.exponential(size=2000),
+         "ranks": lambda: 1.0 / rng.geometric(0.3, size=2000),  # skewed, ~20 distinct values
+         "hits": lambda: (rng.random(2000) < 0.2).astype(float)}[values]()
     lo, hi = bootstrap_ci(torch.from_numpy(x), seed=0, resamples=4000)
     means = x[rng.integers(0, x.size, size=(4000, x.size))].mean(1)
     np_lo, np_hi = np.quantile(means, [0.025, 0.975])

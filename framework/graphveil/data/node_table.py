@@ -351,13 +351,17 @@ def node_rows(table: pa.Table, columns: NodeColumns, source: str,
     return NodeRows(source, ids, x, y, class_names)
 
 
-def build_node_graph(name: str, nodes: NodeRows, edges: EdgeRecords | Iterable[EdgeRecords]) -> NodeGraph:
-    """The :class:`NodeGraph` of ``nodes`` (features set) and the id-keyed ``edges`` (or chunks):
-    an unknown id is an error; self-loops and repeated edges are dropped and counted in ``notes``."""
+def build_node_graph(name: str, nodes: NodeRows,
+                     edges: EdgeRecords | Iterable[EdgeRecords] | torch.Tensor) -> NodeGraph:
+    """The :class:`NodeGraph` of ``nodes`` (features set) and the id-keyed ``edges`` (or chunks;
+    or a ``(k, 2)`` tensor of positions in ``nodes.ids`` a reader looked up itself): an unknown
+    id is an error; self-loops and repeated edges are dropped and counted in ``notes``."""
     if nodes.x is None:
         raise DataError(f"{nodes.source}: no node features were read")
-    position = {nid: i for i, nid in enumerate(nodes.ids)}
-    pairs, notes = index_edges(edges, position)
+    if isinstance(edges, torch.Tensor):
+        pairs, notes = edges, {}
+    else:
+        pairs, notes = index_edges(edges, {nid: i for i, nid in enumerate(nodes.ids)})
     edge_index, edge_notes = undirected_edge_index(pairs.t(), len(nodes.ids))
     return NodeGraph(
         name=name, x=torch.from_numpy(np.require(nodes.x, requirements="W")),  # Arrow's buffers are read-only

@@ -2,7 +2,11 @@
 class-insensitive homophily measure its Table 1 reports.
 
 * :func:`csbm`, :func:`csbm_phi`, :func:`phi_to_lambda_mu` — contextual stochastic block model;
-* :func:`class_insensitive_homophily` — Lim et al. (2021)'s measure.
+* :func:`class_insensitive_homophily` — Lim et al. (2021)'s measure;
+* :func:`block_csbm` — a C-class contextual SBM sized by its number of edges, and
+  :func:`power_law_graph` — a Chung–Lu graph with a power-law degree sequence, both with
+  class-conditional Gaussian features, for scale benchmarks (``bench/scale.py``);
+* :func:`write_parquet` — such a graph as the ``parquet`` source's two tables.
 
 Every random choice is drawn from one ``torch.Generator`` (reproducible for a seed; by default a
 fresh one seeded from the OS's entropy).
@@ -12,13 +16,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch_geometric.data import Data
 
 from graphveil.transforms import _generator, _positive_int
 
-__all__ = ["class_insensitive_homophily", "csbm", "csbm_phi", "phi_to_lambda_mu"]
+__all__ = ["block_csbm", "class_insensitive_homophily", "csbm", "csbm_phi", "phi_to_lambda_mu",
+           "power_law_graph", "write_parquet"]
 
 
 def class_insensitive_homophily(
@@ -192,3 +198,179 @@ def csbm_phi(
     data = csbm(num_nodes, num_features, avg_degree, lambda_, mu, generator)
     data.lambda_, data.mu, data.phi = lambda_, mu, float(phi)
     return data
+
+
+def _both_directions(one_way: torch.Tensor, n: int) -> torch.Tensor:
+    """``(2, m)`` undirected edges, each once → both directions, sorted by (source, target)."""
+    both = torch.cat([one_way, one_way.flip(0)], dim=1)
+    return both[:, torch.argsort(both[0] * n + both[1])]
+
+
+def _labels(n: int, num_classes: int, generator: torch.Generator) -> torch.Tensor:
+    """Classes of sizes ⌈n/C⌉ or ⌊n/C⌋ at uniformly random node indices."""
+    y = torch.empty(n, dtype=torch.long)
+    y[torch.randperm(n, generator=generator)] = torch.arange(n) % num_classes
+    return y
+
+
+def _gaussian_features(y: torch.Tensor, num_classes: int, num_features: int, signal: float,
+                       generator: torch.Generator) -> torch.Tensor:
+    """``x_i = m_{y_i} + z_i``: class means ``m_c ~ N(0, signal² I / f)`` and ``z_i ~ N(0, I / f)``
+    (float32), so the class signal per node is ``signal`` times the noise (in norm)."""
+    f = num_features
+    means = torch.randn(num_classes, f, generator=generator) * (signal / math.sqrt(f))
+    x = torch.randn(y.numel(), f, generator=generator).div_(math.sqrt(f))
+    return x.add_(means[y])
+
+
+def _check_sizes(num_nodes: int, num_edges: int, num_classes: int, num_features: int) -> None:
+    _positive_int("num_nodes", num_nodes, minimum=2)
+    _positive_int("num_edges", num_edges, minimum=0)
+    _positive_int("num_classes", num_classes, minimum=2)
+    _positive_int("num_features", num_features)
+    if num_classes > num_nodes:
+        raise ValueError(f"num_classes={num_classes} exceeds num_nodes={num_nodes}")
+    if num_edges > num_nodes * (num_nodes - 1) // 4:
+        raise ValueError(f"num_edges={num_edges} is more than a quarter of the {num_nodes * (num_nodes - 1) // 2} "
+                         f"node pairs of num_nodes={num_nodes}: not a sparse graph")
+
+
+def block_csbm(
+    num_nodes: int,
+    num_edges: int,
+    *,
+    num_classes: int = 5,
+    num_features: int = 32,
+    homophily: float = 0.8,
+    signal: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Data:
+    """A C-class contextual stochastic block model with about ``num_edges`` undirected edges.
+
+    Classes of equal size (±1) at random node indices (``y``); features ``x`` class-conditional
+    Gaussian (:func:`_gaussian_features`). Each unordered pair {i, j} (no self-loops) is an edge
+    independently with probability ``p_in`` if ``y_i = y_j``, else ``p_out``, chosen so that
+    ``homophily`` of the expected edges join nodes of one class and their expected number is
+    ``num_edges``. Sampled per block pair as a Binomial count placed uniformly without
+    repetition (:func:`_block_edges`): O(C² + n f + E log E), no pair enumerated. ``edge_index``
+    holds both directions, sorted, no duplicates (PyG layout); ``data.num_edges`` counts columns.
+
+    :raises ValueError: on a size out of range, ``homophily`` outside [0, 1], or a probability
+        above 1 (too many edges for the blocks).
+    """
+    n, c = num_nodes, num_classes
+    _check_sizes(n, num_edges, c, num_features)
+    if not isinstance(homophily, float | int) or not 0.0 <= homophily <= 1.0:
+        raise ValueError(f"homophily must be in [0, 1], got {homophily!r}")
+    g = _generator(generator)
+    y = _labels(n, c, g)
+    sizes = torch.bincount(y, minlength=c).tolist()
+    members = [torch.nonzero(y == k).flatten() for k in range(c)]
+    intra = sum(s * (s - 1) // 2 for s in sizes)
+    inter = n * (n - 1) // 2 - intra
+    p_in = homophily * num_edges / intra if intra else 0.0
+    p_out = (1 - homophily) * num_edges / inter if inter else 0.0
+    if p_in > 1 or p_out > 1:
+        raise ValueError(f"num_edges={num_edges} with homophily={homophily} needs an edge probability "
+                         f"above 1 ({max(p_in, p_out):.3g}) for {n} nodes in {c} classes")
+    parts = []
+    for a in range(c):
+        for b in range(a, c):
+            i, j = _block_edges(sizes[a], None if a == b else sizes[b], p_in if a == b else p_out, g)
+            parts.append(torch.stack([members[a][i], members[b][j]]))
+    edge_index = _both_directions(torch.cat(parts, dim=1), n)
+    x = _gaussian_features(y, c, num_features, signal, g)
+    return Data(x=x, edge_index=edge_index, y=y, num_nodes=n)
+
+
+def power_law_graph(
+    num_nodes: int,
+    num_edges: int,
+    *,
+    exponent: float = 2.5,
+    num_classes: int = 5,
+    num_features: int = 32,
+    signal: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Data:
+    """A simple undirected graph of exactly ``num_edges`` edges with a power-law degree tail.
+
+    Chung–Lu (Chung and Lu 2002) with the expected-degree weights ``w_i ∝ (i + i₀)^(−1/(γ−1))``
+    of a degree distribution ``P(k) ∝ k^(−γ)`` (γ = ``exponent`` > 2; i₀ caps the largest weight
+    at √(2E), the Chung–Lu condition max w² ≤ Σw), at random node indices. Departure from the
+    model: instead of an independent Bernoulli per pair, endpoint pairs are drawn i.i.d. ∝
+    ``w_u w_v`` (inverse-CDF on the cumulative weights), self-loops and repeats dropped, and
+    draws repeated until ``num_edges`` distinct edges exist; a uniform subset of that size is
+    kept. Degrees then follow the weights up to the repeats removed at the hubs. Labels uniform
+    over ``num_classes`` (no homophily); features class-conditional Gaussian. O(n f + E log E).
+    """
+    n = num_nodes
+    _check_sizes(n, num_edges, num_classes, num_features)
+    if not isinstance(exponent, float | int) or not exponent > 2:
+        raise ValueError(f"exponent must be > 2 (a finite mean degree), got {exponent!r}")
+    g = _generator(generator)
+    alpha = 1.0 / (exponent - 1.0)
+    rank = torch.arange(n, dtype=torch.float64)
+    offset = _chung_lu_offset(n, num_edges, alpha)
+    weights = (rank + offset).pow(-alpha)
+    weights = weights[torch.randperm(n, generator=g)]
+    cdf = torch.cumsum(weights, 0)
+    cdf = cdf / cdf[-1]
+    keys = torch.zeros(0, dtype=torch.long)
+    draw = num_edges + num_edges // 10 + 16
+    while keys.numel() < num_edges:
+        ends = torch.searchsorted(cdf, torch.rand(2, draw, generator=g, dtype=torch.float64)).clamp_(max=n - 1)
+        u, v = ends
+        u, v = u[u != v], v[u != v]
+        keys = torch.unique(torch.cat([keys, torch.minimum(u, v) * n + torch.maximum(u, v)]))
+        draw = max(2 * (num_edges - keys.numel()), 16)
+    keys = keys[torch.randperm(keys.numel(), generator=g)[:num_edges]]
+    edge_index = _both_directions(torch.stack([keys // n, keys % n]), n)
+    y = _labels(n, num_classes, g)
+    x = _gaussian_features(y, num_classes, num_features, signal, g)
+    return Data(x=x, edge_index=edge_index, y=y, num_nodes=n)
+
+
+def _chung_lu_offset(n: int, num_edges: int, alpha: float) -> float:
+    """The least i₀ ≥ 1 with ``w_0 / mean(w) · 2E/n ≤ √(2E)`` for ``w_i = (i + i₀)^(−α)``: the
+    hub's expected degree at most √(2E) (bisection; the ratio falls as i₀ grows)."""
+    target = math.sqrt(2 * num_edges) * n / (2 * max(num_edges, 1))
+    rank = torch.arange(n, dtype=torch.float64)
+
+    def ratio(i0: float) -> float:
+        w = (rank + i0).pow(-alpha)
+        return float(w[0] / w.mean())
+
+    lo, hi = 1.0, 1.0
+    while ratio(hi) > target:
+        hi *= 2
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ratio(mid) > target else (lo, mid)
+    return hi
+
+
+def write_parquet(data: Data, folder: str | Path, *, row_group_size: int = 1 << 17) -> dict[str, str]:
+    """``data`` (``x``, ``y``, ``edge_index`` both directions) as the ``parquet`` source's tables:
+    ``nodes.parquet`` (``id`` int64, ``label`` int64, ``x`` list<float32>) and ``edges.parquet``
+    (``source``, ``target`` int64, each undirected edge once, u < v), in row groups of
+    ``row_group_size`` so a reader streams them. Returns the source's data options
+    (``source``, ``path``, ``entities``, ``features_col``, ``label_col``)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    x = data.x.to(torch.float32).numpy()
+    n, f = x.shape
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), f).cast(pa.list_(pa.float32()))
+    nodes = pa.table({"id": pa.array(np.arange(n, dtype=np.int64)), "label": pa.array(data.y.numpy()),
+                      "x": vec})
+    pq.write_table(nodes, folder / "nodes.parquet", row_group_size=row_group_size)
+    u, v = data.edge_index
+    once = u < v
+    edges = pa.table({"source": pa.array(u[once].numpy()), "target": pa.array(v[once].numpy())})
+    pq.write_table(edges, folder / "edges.parquet", row_group_size=row_group_size)
+    return {"source": "parquet", "path": str(folder / "edges.parquet"), "entities": str(folder / "nodes.parquet"),
+            "features_col": "x", "label_col": "label"}

@@ -156,6 +156,24 @@ def test_aggregate_sums_in_neighbours() -> None:
     assert torch.equal(aggregate(h, edges), torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]))
 
 
+@pytest.mark.parametrize("chunk", [3, 14, 1 << 24])  # 1, 7 (not dividing E) or all edges per chunk
+def test_aggregate_in_chunks_is_the_adjacency_product(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PMA's sum over in-neighbours, gathered a chunk of edges at a time (issue 28), is A·H with
+    A the dense adjacency (A[i, j] = 1 for an edge j → i): no edge left out or counted twice."""
+    import graphveil.plugins.gdp.common as common
+
+    monkeypatch.setattr(common, "AGGREGATE_CHUNK", chunk)
+    gen = torch.Generator().manual_seed(0)
+    n, m = 30, 101
+    keys = torch.randperm(n * n, generator=gen)
+    keys = keys[keys // n != keys % n][:m]
+    edges = torch.stack([keys // n, keys % n])
+    h = torch.randn(n, 2, generator=gen, dtype=torch.float64)
+    adjacency = torch.zeros(n, n, dtype=torch.float64)
+    adjacency[edges[1], edges[0]] = 1.0
+    assert torch.allclose(aggregate(h, edges), adjacency @ h, atol=1e-12)
+
+
 # ----------------------------------------------------------------------------- runs
 
 

@@ -4,7 +4,8 @@ Options sit next to ``source`` in the run config's ``data`` section, e.g.
 ``data: {source: edge_list, path: e.csv, entities: t.csv, source_col: id_1, target_col: id_2}``,
 ``data: {source: parquet, path: relations.parquet, entities: entities.parquet}``,
 ``data: {source: sql, url: postgresql+psycopg://alice@db/graph, entities_table: entities, relations_table: relations}``,
-``data: {source: planetoid, name: cora}`` or ``data: {source: twitch, path: musae_twitch_ENGB}``.
+``data: {source: planetoid, name: cora}``, ``data: {source: twitch, path: musae_twitch_ENGB}`` or
+``data: {source: synthetic, kind: csbm, num_nodes: 100000, num_edges: 1000000}``.
 Heavy readers (pyarrow, SQLAlchemy, PyG) are imported only when a source loads.
 """
 
@@ -19,6 +20,7 @@ from graphveil.plugins.standard.sources.parquet import ParquetSource
 from graphveil.plugins.standard.sources.planetoid import PlanetoidSource
 from graphveil.plugins.standard.sources.pyg import PygSource
 from graphveil.plugins.standard.sources.sql import SqlSource
+from graphveil.plugins.standard.sources.synthetic import SyntheticSource
 from graphveil.plugins.standard.sources.twitch import TwitchSource
 
 SOURCES: dict[str, type[DataSource]] = {
@@ -30,6 +32,7 @@ SOURCES: dict[str, type[DataSource]] = {
     "pyg": PygSource,
     "planetoid": PlanetoidSource,
     "twitch": TwitchSource,
+    "synthetic": SyntheticSource,
 }
 
 
