@@ -919,8 +919,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "bootstrap-replacement", "resampling held-out relations WITH replacement in bootstrap intervals",
         (("framework/graphveil/evaluation.py",
-          "        idx = torch.randint(0, x.numel(), (count, x.numel()), generator=gen)\n",
-          "        idx = torch.stack([torch.randperm(x.numel(), generator=gen) for _ in range(count)])  # MUTANT\n"),),
+          "            idx = torch.randint(0, m, (count, m), generator=gen)\n",
+          "            idx = torch.stack([torch.randperm(m, generator=gen) for _ in range(count)])  # MUTANT\n"),),
     ),
     Mutant(
         "bootstrap-pairing", "pairing a row's and the base's ranks relation by relation (paired Δ)",

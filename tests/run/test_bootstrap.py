@@ -55,10 +55,12 @@ def test_interval_agrees_with_an_independent_numpy_bootstrap_and_the_normal_widt
     to mean ± 1.96·sd/√n; a wrong quantile (e.g. 90 %) or resampling without replacement fails.
     Drawn a few resamples at a time (the memory bound for millions of relations), or by the
     counts of few distinct values (reciprocal ranks, hits), the same."""
-    if chunk is not None:
-        import graphveil.evaluation as evaluation
+    import graphveil.evaluation as evaluation
 
+    if chunk is not None:
         monkeypatch.setattr(evaluation, "BOOTSTRAP_CHUNK", chunk)
+    if values == "continuous":  # 2000 distinct values: below the count path's limit, so lower it
+        monkeypatch.setattr(evaluation, "BOOTSTRAP_DISTINCT", 100)
     rng = np.random.default_rng(7)
     x = {"continuous": lambda: rng.exponential(size=2000),
          "ranks": lambda: 1.0 / rng.geometric(0.3, size=2000),  # skewed, ~20 distinct values
