@@ -1139,6 +1139,12 @@ MUTANTS: tuple[Mutant, ...] = (
           "    return unit.kind in _SPLIT_LOCAL and unit.adjacency is Adjacency.REPLACEMENT  # MUTANT\n"),),
     ),
     Mutant(
+        "dpgcn-train-side", "DP-GCN's training graph as the training nodes' induced subgraph (held-out nodes split too)",
+        (("plugins/graphveil/plugins/dp_gcn/task.py",
+          "        self.train_graph = data.subgraph(self.split.train, name=f\"{data.name}[train]\")\n",
+          "        self.train_graph = data  # MUTANT\n"),),
+    ),
+    Mutant(
         "site-release-scope", "a node site's release-scope 'weights' in its unit (the unit always covers predictions)",
         (("connectors/graphveil/connectors/flower/settings.py",
           "protects_predictions=self.release_scope == \"predictions\",",
