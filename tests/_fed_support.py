@@ -376,6 +376,15 @@ DPDGC_RUN_CONFIG: dict[str, Any] = {
     "task.model.name": "linkx", "task.model.hidden": 16, "task.model.layers": 2, "task.model.embedding_width": 16,
     "task.model.seed": 0, "task.privacy.noise_multiplier": 400.0,
 }
+#: DP-GCN (paper 3): a GCN on s = 10 keyed graph splits, b = 2 per step, split_rdp. Only a site
+#: whose release-scope is 'weights' runs it (its predictions read raw neighbours). Shared: the GCN.
+DP_GCN_RUN_CONFIG: dict[str, Any] = {
+    **{k: v for k, v in NODE_TASK_RUN_CONFIG.items() if not k.startswith("task.model.")},
+    "task.task.name": "split_node_classification",
+    "task.model.name": "gcn", "task.model.hidden": 16, "task.model.layers": 2, "task.model.seed": 0,
+    "task.sampler.name": "graph_splits", "task.sampler.num_splits": 10, "task.sampler.batch_size": 2,
+    "task.clipper.name": "per_split_clip", "task.accountant.name": "split_rdp",
+}
 #: A node-classification site at paper 4's node level, D = 168 (Cora's largest degree).
 NODE_SITE_POLICY: dict[str, Any] = {"delta": 1e-4, "privacy-unit": "node", "task-kind": "node_classification",
                                     "degree-bound": 168}

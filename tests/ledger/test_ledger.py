@@ -140,6 +140,29 @@ def test_node_level_spend_is_refused_on_an_edge_ledger_naming_the_unit(tmp_path:
         assert events[1]["profile"]["noise_multiplier"] == 1.0 and events[1]["profile"]["steps"] == 4
 
 
+@pytest.mark.parametrize(("first", "then"), [
+    ("node/replacement/D=168/predictions", "node/replacement/D=168"),
+    ("node/replacement/D=168", "node/replacement/D=168/predictions")])
+def test_a_ledger_is_bound_to_its_release_scope(tmp_path: Path, first: str, then: str) -> None:
+    """Spend on DP-GCN's weights (a weights-only unit: its predictions are not covered) never
+    composes with spend whose claim covers predictions, in either order: the scope is part of
+    the bound unit."""
+    from graphveil.plugins.dp_gcn.accountant import SplitRdpAccountant
+
+    def split(label: str) -> SplitRdpAccountant:
+        acc = SplitRdpAccountant(RdpParams(orders=ORDERS))
+        acc.unit = PrivacyUnit.parse(label)
+        acc.bind(SamplingProfile(SamplingKind.UNIFORM_WOR, 0.2, num_records=10, batch_size=2),
+                 SensitivityProfile(SensitivityKind.PER_EXAMPLE, acc.unit, 1.0))
+        return acc
+
+    with init_ledger(tmp_path / "l.sqlite") as ledger:
+        ledger.reserve(split(first), noise_multiplier=1.0, steps=2, delta=DELTA, budget=50.0)
+        with pytest.raises(LedgerBindingError, match=f"privacy unit {first!r}") as info:
+            ledger.reserve(split(then), noise_multiplier=1.0, steps=2, delta=DELTA, budget=50.0)
+        assert info.value.key == "unit" and ledger.meta()["unit"] == first
+
+
 def test_refuses_past_budget_and_records_the_refusal(tmp_path: Path) -> None:
     with init_ledger(tmp_path / "l.sqlite") as ledger:
         spent = site_round(ledger, 20, 1.0, budget=3.0, site="a")

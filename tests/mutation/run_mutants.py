@@ -1089,7 +1089,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "policy-gdp-another-unit", "the refusal of a task unit with add/remove adjacency or weights only",
         (("connectors/graphveil/connectors/flower/settings.py",
-          "        if theirs.adjacency is not Adjacency.REPLACEMENT or not theirs.protects_predictions:\n",
+          "        if theirs.adjacency is not Adjacency.REPLACEMENT or (\n"
+          "                mine.protects_predictions and not theirs.protects_predictions):\n",
           "        if False:  # MUTANT\n"),),
     ),
     Mutant(
@@ -1146,6 +1147,50 @@ MUTANTS: tuple[Mutant, ...] = (
         (("connectors/graphveil/connectors/flower/site.py",
           "    if site.node_task:\n        return {\"mrr\": math.nan, \"prec1\": math.nan}\n",
           "    pass  # MUTANT: evaluated\n"),),
+    ),
+    Mutant(
+        "dpgcn-weights-only", "DP-GCN's refusal of a GDP unit covering predictions (its predictions read raw neighbours)",
+        (("plugins/graphveil/plugins/dp_gcn/units.py",
+          "    return (unit.kind in _SPLIT_LOCAL and unit.adjacency is Adjacency.REPLACEMENT\n"
+          "            and not unit.protects_predictions)\n",
+          "    return unit.kind in _SPLIT_LOCAL and unit.adjacency is Adjacency.REPLACEMENT  # MUTANT\n"),),
+    ),
+    Mutant(
+        "dpgcn-train-side", "DP-GCN's training graph as the training nodes' induced subgraph (held-out nodes split too)",
+        (("plugins/graphveil/plugins/dp_gcn/task.py",
+          "        self.train_graph = data.subgraph(self.split.train, name=f\"{data.name}[train]\")\n",
+          "        self.train_graph = data  # MUTANT\n"),),
+    ),
+    Mutant(
+        "site-release-scope", "a node site's release-scope 'weights' in its unit (the unit always covers predictions)",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "protects_predictions=self.release_scope == \"predictions\",",
+          "protects_predictions=True,  # MUTANT"),),
+    ),
+    Mutant(
+        "policy-task-weights-only", "the refusal of a task asking a weights-only unit where the site covers predictions",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "                mine.protects_predictions and not theirs.protects_predictions):\n",
+          "                False):  # MUTANT\n"),),
+    ),
+    Mutant(
+        "policy-task-predictions", "the refusal of a task asking predictions covered where the site's scope is weights",
+        (("connectors/graphveil/connectors/flower/settings.py",
+          "        if theirs.protects_predictions and not mine.protects_predictions:\n",
+          "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "site-ledger-unit", "a node site's refusal, before any session, of a ledger bound to another unit or scope",
+        (("connectors/graphveil/connectors/flower/site.py",
+          "    _check_ledger_unit(ledger, site)\n",
+          "    pass  # MUTANT: the ledger's binding is checked only at the reservation\n"),),
+    ),
+    Mutant(
+        "ledger-scope-binding", "the release scope (/predictions) in the unit a ledger is bound to",
+        (("framework/graphveil/ledger/ledger.py",
+          "        unit = getattr(getattr(accountant, \"unit\", None), \"value\", None) or \"unknown\"\n",
+          "        unit = (getattr(getattr(accountant, \"unit\", None), \"value\", None) or \"unknown\")"
+          ".removesuffix(\"/predictions\")  # MUTANT\n"),),
     ),
     Mutant(
         "gap-encoder-start", "GAP's encoder trained from the weights it was handed (the server's), not its own init",

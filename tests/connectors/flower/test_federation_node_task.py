@@ -9,7 +9,10 @@ its encoder and classifier are shared, round 2 starts every site's encoder from 
 the aggregates stay at each site), DPDGC and DP-SAGE (1 round each, few steps: the LINKX
 classifier / the GraphSAGE weights shared; DP-Emb stays at each site, its projection R fixed by
 the task). Site 3 allows only D = 100 while the tasks ask D = 168: it refuses every round before
-reading its graph.
+reading its graph. Site 4 sets ``release-scope = "weights"`` (with its own ledger; its graph is a
+copy of site 1's, as these sites are processes of one test): it refuses those four methods, whose
+components analyse predictions covered, and is the only site that trains DP-GCN (1 round: the
+GCN's weights shared), which sites 1–3 refuse before reading their graphs.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 from _fed_support import (
+    DP_GCN_RUN_CONFIG,
     DP_SAGE_RUN_CONFIG,
     DPDGC_RUN_CONFIG,
     GAP_RUN_CONFIG,
@@ -33,13 +37,14 @@ from graphveil.connectors.flower.loopback import LoopbackFederation, write_app, 
 
 pytestmark = [pytest.mark.federation, pytest.mark.slow]
 
-SITES = ("site-1", "site-2", "site-3")
+SITES = ("site-1", "site-2", "site-3", "site-4")
 DELTA, SIGMA, LOCAL_STEPS, ROUNDS, GAP_ROUNDS = 1e-4, 1.0, 3, 2, 2
 UNIT = "node/replacement/D=168/predictions"
+WEIGHTS_UNIT = "node/replacement/D=168"  # site 4's (release-scope weights), DP-GCN's
 APP_CONFIG = {
     **{k: v for k, v in NODE_TASK_RUN_CONFIG.items() if k.startswith("task.")},
-    "num-server-rounds": ROUNDS, "local-steps": LOCAL_STEPS, "strategy": "fedavg", "min-sites": 3,
-    "round-timeout": 600.0, "sites-timeout": 120.0, "seed": 0,
+    "num-server-rounds": ROUNDS, "local-steps": LOCAL_STEPS, "strategy": "fedavg",
+    "round-timeout": 600.0, "sites-timeout": 120.0, "seed": 0, "min-sites": len(SITES),
     "task.privacy.unit": UNIT,
 }
 
@@ -55,6 +60,9 @@ GAP_APP_CONFIG = _app_config(GAP_RUN_CONFIG, GAP_ROUNDS)
 DPDGC_APP_CONFIG = _app_config(DPDGC_RUN_CONFIG, 1, **{"task.method.embedding_training.epochs": 1,
                                                        "task.method.embedding_training.batch_size": 1000})
 SAGE_APP_CONFIG = _app_config(DP_SAGE_RUN_CONFIG, 1)
+#: DP-GCN asks the weights-only unit: only a site whose release-scope is 'weights' trains it
+GCN_APP_CONFIG = {**_app_config(DP_GCN_RUN_CONFIG, 1), "task.privacy.unit": WEIGHTS_UNIT}
+GCN_SHARED = {"convs.0.bias", "convs.0.lin.weight", "convs.1.bias", "convs.1.lin.weight"}
 #: rounds per run, in the order they ran (each trained round is one entry in sites 1-2's ledgers)
 RUNS = (("dp_mlp", ROUNDS), ("gap", GAP_ROUNDS), ("dpdgc", 1), ("dp_sage", 1))
 #: what each method's trained replies carry: its shared weights only
@@ -80,21 +88,23 @@ def federation(tmp_path_factory) -> Federation:
     from graphveil.connectors.flower.bundle import app_hash
 
     root = tmp_path_factory.mktemp("node-federation")
-    configs = {"dp_mlp": APP_CONFIG, "gap": GAP_APP_CONFIG, "dpdgc": DPDGC_APP_CONFIG, "dp_sage": SAGE_APP_CONFIG}
+    configs = {"dp_mlp": APP_CONFIG, "gap": GAP_APP_CONFIG, "dpdgc": DPDGC_APP_CONFIG, "dp_sage": SAGE_APP_CONFIG,
+               "dp_gcn": GCN_APP_CONFIG}
     apps = {name: write_app(root / f"{name}-app", config) for name, config in configs.items()}
     approved = ", ".join(app_hash(app) for app in apps.values())  # each site approves every build
     loop = LoopbackFederation(root)
     loop.env["OMP_NUM_THREADS"] = "1"
     try:
         loop.make_credentials(SITES)
-        parts = write_cora_sites(root / "data", len(SITES))
+        parts = write_cora_sites(root / "data", 3)
         node_configs = {
             name: write_node_config(root / f"{name}.toml", {
                 "site-name": name, "data-source": "pyg", "data-path": str(part), "epsilon-budget": 100.0,
                 "delta": DELTA, "task-kind": "node_classification", "privacy-unit": "node",
                 "degree-bound": 100 if name == "site-3" else 168, "share-epsilon": True,
+                **({"release-scope": "weights"} if name == "site-4" else {}),
                 "ledger": str(root / "ledgers" / f"{name}.sqlite"), "threads": 1, "approved-apps": approved})
-            for name, part in zip(SITES, parts, strict=True)
+            for name, part in zip(SITES, [*parts, parts[0]], strict=True)
         }
         loop.start_server()
         loop.register(SITES)
@@ -105,8 +115,8 @@ def federation(tmp_path_factory) -> Federation:
         runs, seconds = {}, {}
         for name, app in apps.items():
             runs[name], seconds[name], _ = loop.run({"output-dir": str(root / "server-out")}, app=app)
-        print("\nnode-task federation (3 sites): " + ", ".join(
-            f"{name} {rounds} round(s) in {seconds[name]:.1f} s" for name, rounds in RUNS))
+        print(f"\nnode-task federation ({len(SITES)} sites): " + ", ".join(
+            f"{name} {rounds} round(s) in {seconds[name]:.1f} s" for name, rounds in (*RUNS, ("dp_gcn", 1))))
         yield Federation(loop, runs, node_configs)
     finally:
         loop.stop()
@@ -123,9 +133,24 @@ def test_two_sites_train_and_the_site_with_a_smaller_d_refuses_every_round(feder
         for r in records:
             status = {s["site"]: s for s in r["sites"]}
             assert {n: s["status"] for n, s in status.items()} == {"site-1": "trained", "site-2": "trained",
-                                                                   "site-3": "refused"}, method
+                                                                   "site-3": "refused", "site-4": "refused"}, method
             assert status["site-3"]["reason"].startswith("site policy: task.privacy.unit")
             assert "larger than this site's degree-bound D=100" in status["site-3"]["reason"]
+            assert status["site-4"]["reason"].startswith("site policy: task.privacy.unit")  # it asks predictions
+            assert "release-scope is 'weights'" in status["site-4"]["reason"]
+
+
+def test_only_the_weights_scope_site_trains_dp_gcn(federation: Federation) -> None:
+    """Sites 1-3 cover predictions: the task's weights-only unit is refused before their graphs
+    are read; site 4 trains, and the round's model is its GCN."""
+    (record,) = _rounds(federation.runs["dp_gcn"])
+    status = {s["site"]: s for s in record["sites"]}
+    assert record["aggregated"] and {n: s["status"] for n, s in status.items()} == {
+        "site-1": "refused", "site-2": "refused", "site-3": "refused", "site-4": "trained"}
+    for name in ("site-1", "site-2", "site-3"):
+        assert status[name]["reason"].startswith("site policy: task.privacy.unit") and "another unit" in status[name]["reason"]
+    model = torch.load(federation.runs["dp_gcn"] / "adapter" / "model.pt", weights_only=True)
+    assert set(model) == GCN_SHARED and all(torch.isfinite(v).all() for v in model.values())
 
 
 def test_the_global_model_is_trained_from_the_task_initialisation(federation: Federation) -> None:
@@ -202,6 +227,20 @@ def test_each_ledger_holds_its_sites_spends(federation: Federation) -> None:
         assert told == pytest.approx([e.epsilon for e in entries], rel=1e-12)
     with PrivacyLedger(federation.root / "ledgers" / "site-3.sqlite", create=False) as ledger:
         assert ledger.entries() == []
+    # site 4: the DP-GCN round alone, bound to the weights-only unit; b = 2 of s = 10 splits, one
+    # split replaced (Gaussian σ/2), LOCAL_STEPS steps
+    with PrivacyLedger(federation.root / "ledgers" / "site-4.sqlite", create=False) as ledger:
+        assert ledger.verify().ok and ledger.meta()["unit"] == WEIGHTS_UNIT
+        (entry,) = ledger.entries()
+        assert entry.status == "released" and entry.note == "" and entry.steps == LOCAL_STEPS
+        acc = dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS),
+                                              dp_accounting.privacy_accountant.NeighboringRelation.REPLACE_ONE)
+        acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(10, 2, dp_accounting.GaussianDpEvent(SIGMA / 2)),
+                    LOCAL_STEPS)
+        assert ledger.spent_epsilon() == pytest.approx(acc.get_epsilon(DELTA), rel=1e-6)
+    (record,) = _rounds(federation.runs["dp_gcn"])
+    (told,) = [s["metrics"]["epsilon"] for s in record["sites"] if s["site"] == "site-4"]
+    assert told == pytest.approx(acc.get_epsilon(DELTA), rel=1e-12)
 
 
 def test_the_server_witnessed_the_ledgers_that_trained(federation: Federation) -> None:
@@ -212,13 +251,17 @@ def test_the_server_witnessed_the_ledgers_that_trained(federation: Federation) -
 
     path = federation.root / "server-out" / "ledger-witness.jsonl"
     witness = Witness(path)
-    assert witness.sites().keys() == {"site-1", "site-2"}
+    assert witness.sites().keys() == {"site-1", "site-2", "site-4"}
     assert not any(s["flagged"] for s in witness.sites().values())
     for name in ("site-1", "site-2"):
         with PrivacyLedger(federation.root / "ledgers" / f"{name}.sqlite", create=False) as ledger:
             head = ledger.witness_head()
         assert [o.seq for o in witness.observations(name)] == list(range(1, sum(r for _, r in RUNS) + 1))
         assert witness.observations(name)[-1].head == head.head
+    with PrivacyLedger(federation.root / "ledgers" / "site-4.sqlite", create=False) as ledger:
+        head = ledger.witness_head()
+    assert [o.seq for o in witness.observations("site-4")] == [1]  # the DP-GCN round; refusals before its ledger
+    assert witness.observations("site-4")[-1].head == head.head
 
 
 def test_the_server_received_only_each_methods_shared_weights_and_scalars(federation: Federation) -> None:
@@ -228,7 +271,7 @@ def test_the_server_received_only_each_methods_shared_weights_and_scalars(federa
     weight; DP-SAGE: the GraphSAGE convolutions."""
     from graphveil.connectors.flower import records
 
-    for method, rounds in RUNS:
+    for method, rounds in (*RUNS, ("dp_gcn", 1)):
         trained_rounds = set()
         for line in (federation.runs[method] / "received.jsonl").read_text().splitlines():
             received = json.loads(line)
@@ -237,7 +280,9 @@ def test_the_server_received_only_each_methods_shared_weights_and_scalars(federa
             if content[records.SITE]["values"]["status"] == "trained":
                 keys = set(content[records.ARRAYS]["arrays"])
                 trained_rounds.add(received["round"])
-                if method in SHARED_PREFIXES:
+                if method == "dp_gcn":
+                    assert keys == GCN_SHARED, keys
+                elif method in SHARED_PREFIXES:
                     assert {k.split(".")[0] for k in keys} == SHARED_PREFIXES[method], (method, keys)
                 else:
                     assert keys == (CLASSIFIER | GAP_ENCODER if method == "gap" else CLASSIFIER), (method, keys)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from _fed_support import (
+    DP_GCN_RUN_CONFIG,
     DP_SAGE_RUN_CONFIG,
     DPDGC_RUN_CONFIG,
     GAP_RUN_CONFIG,
@@ -31,6 +32,7 @@ from _fed_support import (
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.settings import (
     NODE_TASK_ACCOUNTANTS,
+    WEIGHTS_SCOPE_ACCOUNTANTS,
     FederationSettings,
     PolicyRefusal,
     SiteSettings,
@@ -44,6 +46,7 @@ from graphveil.plugins.gdp.common import row_normalise
 
 K_SITE = {"privacy-unit": "k_neighbor", "k-neighbors": 5, "degree-bound": 100}
 K_SITE_NO_D = {"privacy-unit": "k_neighbor", "k-neighbors": 5, "degree-bound": None}
+WEIGHTS = {"release-scope": "weights"}
 
 
 def _site(tmp_path: Path, **extra: Any) -> dict[str, Any]:
@@ -91,6 +94,19 @@ CASES = [
      "task.privacy.target_epsilon"),
     ("a pinned sampling seed", {}, _run(NODE_TASK_RUN_CONFIG, {"task.seed": 3}), "task.seed"),
     ("clip norm above the range", {"max-clip-norm": 0.5}, NODE_TASK_RUN_CONFIG, "clipper.clip_norm"),
+    # DP-GCN (paper 3): its predictions read raw neighbours; only a site's release-scope 'weights' allows it
+    ("DP-GCN where predictions are covered (the default)", {}, DP_GCN_RUN_CONFIG,
+     "task.sampler.name: sampler 'graph_splits' (graph/replacement-level) does not analyse this site's unit "
+     "'node/replacement/D=168/predictions'"),
+    ("DP-GCN asking weights only where the site covers predictions", {},
+     _run(DP_GCN_RUN_CONFIG, {"task.privacy.unit": "node/replacement/D=168"}), "never the task's"),
+    ("predictions asked where the site's scope is weights", WEIGHTS,
+     _run(DP_GCN_RUN_CONFIG, {"task.privacy.unit": "node/replacement/D=168/predictions"}), "release-scope is 'weights'"),
+    ("DP-MLP where the site's scope is weights", WEIGHTS, NODE_TASK_RUN_CONFIG,
+     "sampler 'node_uniform_wor' (node/replacement/predictions-level) does not analyse this site's unit "
+     "'node/replacement/D=168'"),
+    ("DP-GCN's accountant not listed at a weights-scope site", {**WEIGHTS, "accountants": "node_rdp"},
+     DP_GCN_RUN_CONFIG, "accountants"),
 ]
 
 
@@ -159,11 +175,77 @@ def test_a_task_within_the_node_level_policy_passes_and_runs_under_the_sites_uni
     ({"task-kind": "relational", "privacy-unit": "k_neighbor", "k-neighbors": 2, "degree-bound": None},
      "applies to task-kind 'node_classification' only"),
     ({"task-kind": "relational", "privacy-unit": "edge", "min-records": 10}, "degree-bound applies to task-kind"),
+    ({"task-kind": "relational", "privacy-unit": "edge", "min-records": 10, "degree-bound": None, **WEIGHTS},
+     "release-scope applies to task-kind 'node_classification' only"),
+    ({"release-scope": "everything"}, "release-scope"),
 ])
 def test_the_node_config_names_what_a_node_classification_site_needs(tmp_path: Path, node: dict, message: str) -> None:
     values = {**_site(tmp_path), **node}
     with pytest.raises(ConfigError, match=message):
         SiteSettings.from_mapping({k: v for k, v in values.items() if v is not None})
+
+
+@pytest.mark.parametrize(("node", "unit"), [
+    ({}, "node/replacement/D=168"), (K_SITE, "k_neighbor/replacement/D=100/k=5"),
+    ({"privacy-unit": "undirected_edge", "degree-bound": None}, "undirected_edge/replacement"),
+    ({"privacy-unit": "edge", "degree-bound": None}, "edge/replacement")])
+@pytest.mark.parametrize("asked", [None, "own"], ids=["the site's unit", "the task repeats it"])
+def test_a_weights_scope_site_runs_dp_gcn_under_its_weights_only_unit(tmp_path: Path, node: dict, unit: str,
+                                                                        asked: str | None) -> None:
+    """At every GDP level: the site's unit lacks /predictions (so does the ledger's binding), the
+    split accountant is its default, and DP-GCN's components analyse that unit."""
+    site = SiteSettings.from_mapping(_site(tmp_path, **node, **WEIGHTS))
+    run = DP_GCN_RUN_CONFIG if asked is None else _run(DP_GCN_RUN_CONFIG, {"task.privacy.unit": unit})
+    fed = FederationSettings.from_run_config(run)
+    config = site_run_config(fed, site, seed=1)
+    check_site_policy(site, fed, config, local_steps=3)
+    assert config.privacy.unit == unit == site.gdp_unit.value and not site.gdp_unit.protects_predictions
+    assert site.accepted_accountants == WEIGHTS_SCOPE_ACCOUNTANTS == ("split_rdp",)
+
+
+def _bind_ledger(path: str, unit: str) -> None:
+    """One reservation under ``unit`` (the ledger's first spend binds it), settled."""
+    from graphveil.contract.profiles import (
+        SamplingKind,
+        SamplingProfile,
+        SensitivityKind,
+        SensitivityProfile,
+    )
+    from graphveil.contract.units import PrivacyUnit
+    from graphveil.plugins.dp_gcn.accountant import SplitRdpAccountant
+    from graphveil.plugins.node_dp.accountant import NodeReplaceRdpAccountant
+
+    stated = PrivacyUnit.parse(unit)
+    acc = (NodeReplaceRdpAccountant if stated.protects_predictions else SplitRdpAccountant)()
+    acc.unit = stated
+    acc.bind(SamplingProfile(SamplingKind.UNIFORM_WOR, 0.2, num_records=10, batch_size=2),
+             SensitivityProfile(SensitivityKind.PER_EXAMPLE, stated, 1.0))
+    with PrivacyLedger(path, create=False) as ledger:
+        reservation = ledger.reserve(acc, noise_multiplier=1.0, steps=1, delta=1e-4, budget=50.0, site="clinic-a")
+        acc.step(noise_multiplier=1.0, num_steps=1)
+        ledger.release(reservation, acc)
+
+
+@pytest.mark.usefixtures("_no_sessions")
+@pytest.mark.parametrize(("bound", "node", "run"), [
+    ("node/replacement/D=168/predictions", WEIGHTS, DP_GCN_RUN_CONFIG),
+    ("node/replacement/D=168", {}, NODE_TASK_RUN_CONFIG)], ids=["predictions then weights", "weights then predictions"])
+def test_a_ledger_bound_under_one_release_scope_refuses_the_other_before_the_graph_is_read(
+        tmp_path: Path, bound: str, node: dict, run: dict) -> None:
+    """A site that changes its release-scope keeps its ledger's binding: spend under weights only
+    (DP-GCN) never composes into a claim covering predictions, nor the reverse; the refusal comes
+    before a session is built, and the ledger's own binding refuses it as well."""
+    cfg = init_site_ledger(_site(tmp_path, **node))
+    _bind_ledger(cfg["ledger"], bound)
+    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+        rows = len(ledger.events())
+    reply = handle_train(records.train_content(records.ArrayRecord(), 1, 3), site_context(5, cfg, run),
+                         session_factory=FakeSession)
+    site = dict(reply.config_records[records.SITE])
+    assert site["status"] == records.REFUSED and f"ledger is bound to the privacy unit {bound!r}" in site["reason"]
+    assert FakeSession.instances == []  # no session: the graph was not read
+    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+        assert len(ledger.events()) == rows and ledger.meta()["unit"] == bound  # nothing written
 
 
 # ------------------------------------------------------------------------------ real rounds on Cora
@@ -377,6 +459,55 @@ def test_a_dpdgc_round_shares_the_classifier_and_reserves_the_embedding_release(
         (entry,) = ledger.entries()
         assert entry.status == "released" and entry.note == ""  # the reservation covered the release
         assert ledger.spent_epsilon() == pytest.approx(session.accountant.get_epsilon(1e-4), rel=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("flower_task")
+def test_dp_gcn_rounds_at_a_weights_scope_site_share_the_gcn_and_reserve_its_split_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two DP-GCN rounds where the site's release-scope is 'weights': the replies carry the GCN's
+    weights only, no prediction of the graph is computed after training (scores NaN although the
+    site shares them), the ledger is bound to the weights-only unit, and its ε is dp-accounting's
+    b-of-s sampled-without-replacement Gaussian(σ/2) under replace-one for the 6 steps run."""
+    from graphveil.plugins.dp_gcn.task import SplitNodeClassification
+
+    predicted: list[int] = []
+    real_predict = SplitNodeClassification.predict
+    monkeypatch.setattr(SplitNodeClassification, "predict",
+                        lambda self, model: predicted.append(1) or real_predict(self, model))
+    torch.set_num_threads(1)
+    part = write_cora_sites(tmp_path / "data")[0]
+    cfg = init_site_ledger(_site(tmp_path, **{"data-path": str(part), "share-epsilon": True,
+                                              "share-utility-metrics": True, **WEIGHTS}))
+    built, factory = _sessions()
+    arrays = records.ArrayRecord()
+    for server_round in (1, 2):
+        reply = handle_train(records.train_content(arrays, server_round, 3),
+                             site_context(5, cfg, DP_GCN_RUN_CONFIG), session_factory=factory)
+        site = dict(reply.config_records[records.SITE])
+        assert site["status"] == records.TRAINED, site
+        new = reply.array_records[records.ARRAYS]
+        assert {k: tuple(v.numpy().shape) for k, v in new.items()} == {
+            "convs.0.bias": (16,), "convs.0.lin.weight": (16, 1433), "convs.1.bias": (7,), "convs.1.lin.weight": (7, 16)}
+        if server_round == 2:  # trained from the server's arrays
+            assert all(not np.array_equal(new[k].numpy(), arrays[k].numpy()) for k in new)
+        metrics = dict(reply.metric_records[records.METRICS])
+        assert np.isnan(metrics["mrr"]) and np.isnan(metrics["prec1"])
+        arrays = new
+    assert predicted == []  # no prediction of any node after training
+    for session in built:
+        assert session.unit.value == "node/replacement/D=168" and session.accountant.unit == session.unit
+        assert session.steps_done == 3 and session.sampling_profile.num_records == 10
+    with PrivacyLedger(cfg["ledger"], create=False) as ledger:
+        assert ledger.verify().ok and ledger.meta()["unit"] == "node/replacement/D=168"
+        entries = ledger.entries()
+        assert [e.status for e in entries] == ["released", "released"] and all(e.note == "" for e in entries)
+        # b = 2 of s = 10 splits, one split replaced moves the clipped sum by 2C: Gaussian(σ/2)
+        expected = _independent_epsilon(10, 2, 1.0, 6, 1e-4)
+        assert ledger.spent_epsilon() == pytest.approx(expected, rel=1e-6)
+    assert float(metrics["epsilon"]) == pytest.approx(expected, rel=1e-6)
+    first, second = built  # each round's own accountant: 3 steps each, the ledger composes them
+    assert first.accountant.get_epsilon(1e-4) == pytest.approx(_independent_epsilon(10, 2, 1.0, 3, 1e-4), rel=1e-6)
 
 
 def test_a_pyg_graph_for_a_node_task_needs_features_and_a_label_for_every_node() -> None:

@@ -42,7 +42,7 @@ from graphveil.contract.profiles import (
     SensitivityKind,
     SensitivityProfile,
 )
-from graphveil.contract.units import Adjacency, UnitKind
+from graphveil.contract.units import Adjacency, PrivacyUnit, UnitKind
 from graphveil.data.node_graph import NodeGraph
 from graphveil.engine.dp_step import GaussianNoise, dp_step
 from graphveil.engine.per_tuple import PerTupleGrad
@@ -53,7 +53,7 @@ from graphveil.plugins.dp_gcn.gcn import GCN, GCNParams
 from graphveil.plugins.dp_gcn.sampler import GraphSplitsParams, GraphSplitsSampler
 from graphveil.plugins.dp_gcn.splits import SplitBatch, split_assignment, split_key
 from graphveil.plugins.dp_gcn.task import SplitNodeClassification, SplitNodeClassificationParams
-from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE
+from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE, split_local_weights_only
 from graphveil.plugins.node_classification.mlp import MLP
 from graphveil.plugins.node_dp.accountant import NodeReplaceRdpAccountant
 from graphveil.plugins.node_dp.clipping import PerNodeClipper
@@ -547,6 +547,110 @@ def test_unit_and_invariant() -> None:
         check_structure("mlp", MLP(), ("split_rdp", SplitRdpAccountant()))  # one node's row per example
     with pytest.raises(PrivacyError, match="analyses models of structure rows"):
         check_structure("gcn", GCN(), ("node_rdp", NodeReplaceRdpAccountant()))  # a split is not one node
+
+
+#: Paper 4's GDP levels, weights only (no /predictions): what a site with release-scope 'weights' states.
+WEIGHTS_ONLY = ("node/replacement/D=168", "node/replacement", "k_neighbor/replacement/k=3",
+                "k_neighbor/replacement/D=10/k=3", "undirected_edge/replacement", "edge/replacement")
+
+
+@pytest.mark.parametrize("label", WEIGHTS_ONLY)
+def test_dp_gcn_analyses_every_weights_only_gdp_unit_and_no_unit_covering_predictions(label: str) -> None:
+    """The split argument (dp_gcn.units): one GDP unit changes one split, so DP-GCN's components
+    accept the weights-only unit (any D, any k) and the run states it; the same unit covering
+    predictions is refused (a GCN's prediction reads raw neighbours), as are the row-wise
+    components (DP-MLP's) under the weights-only unit and DP-GCN's under add/remove."""
+    parts = {"sampler": ("graph_splits", GraphSplitsSampler()), "clipper": ("per_split_clip", PerSplitClipper()),
+             "accountant": ("split_rdp", SplitRdpAccountant())}
+    unit = PrivacyUnit.parse(label)
+    assert split_local_weights_only(unit) and check_run(private=True, unit=unit, **parts) == unit
+    covering = PrivacyUnit.parse(label + "/predictions")
+    with pytest.raises(PrivacyError, match="is not analysed by sampler 'graph_splits'"):
+        check_run(private=True, unit=covering, **parts)
+    with pytest.raises(PrivacyError, match="is not analysed by"):
+        check_run(private=True, unit=PrivacyUnit(unit.kind, Adjacency.ADD_REMOVE, unit.degree_bound, unit.k), **parts)
+    with pytest.raises(PrivacyError, match="is not analysed by sampler 'node_uniform_wor'"):
+        from graphveil.plugins.node_dp.sampler import UniformNodeSampler
+
+        check_run(private=True, unit=unit, sampler=("node_uniform_wor", UniformNodeSampler()),
+                  clipper=("per_node_clip", PerNodeClipper()), accountant=("node_rdp", NodeReplaceRdpAccountant()))
+    assert not split_local_weights_only(PrivacyUnit.NODE) and not split_local_weights_only(SPLIT_REPLACE)
+
+
+def _canonical(graph: NodeGraph, pairs: set[tuple[int, int]], x: torch.Tensor, y: torch.Tensor) -> NodeGraph:
+    """``graph``'s nodes (same ids) with features ``x``, labels ``y`` and the directed entries ``pairs``
+    in sorted order (two graphs differing in one unit then list their common edges alike)."""
+    edges = torch.tensor(sorted(pairs), dtype=torch.long).reshape(-1, 2).t()
+    return NodeGraph(graph.name, x, y, edges, list(graph.node_ids), list(graph.class_names))
+
+
+def _training_examples(task: SplitNodeClassification, sampler: GraphSplitsSampler) -> list[tuple[torch.Tensor, ...]]:
+    """What training reads of every split: its graph in the lifted batch (node ids, features,
+    labels, edges), as the DP-SGD step gets it."""
+    batch = task.lift(all_splits(sampler))
+    out = []
+    for k in range(batch.size):
+        g = batch.graphs.get_example(k)
+        out.append((g.n_id, g.x, g.y, g.edge_index))
+    return out
+
+
+def _neighbour(graph: NodeGraph, level: str, gen: torch.Generator) -> tuple[NodeGraph, NodeGraph, set[int]]:
+    """``(before, after, touched)``: the graph (canonical), a neighbour differing in one unit of
+    ``level`` drawn at random, and the nodes the unit's change touches."""
+    n = graph.num_nodes
+    pairs = {tuple(e) for e in graph.edge_index.t().tolist()}
+    x, y = graph.x.clone(), graph.y.clone()
+    draw = lambda hi: int(torch.randint(0, hi, (1,), generator=gen))  # noqa: E731
+    r = draw(n)
+    if level in ("node", "k_neighbor"):  # r's features and label; every edge of r (node) or k entries of it
+        x2, y2 = x.clone(), y.clone()
+        x2[r] = torch.randn(FEATURES, generator=gen) * 10
+        y2[r] = (y2[r] + 1 + draw(CLASSES - 1)) % CLASSES
+        others = [w for w in range(n) if w != r]
+        if level == "node":
+            new = {(a, b) for a, b in pairs if r not in (a, b)}
+            for w in others[:: 1 + draw(4)]:
+                new |= {(r, w), (w, r)}
+        else:
+            new = set(pairs)
+            for _ in range(3):
+                w = others[draw(len(others))]
+                new ^= {(r, w), (w, r)}
+        return _canonical(graph, pairs, x, y), _canonical(graph, new, x2, y2), {r}
+    w = (r + 1 + draw(n - 1)) % n  # undirected_edge: a node graph stores both directions of each edge
+    return _canonical(graph, pairs, x, y), _canonical(graph, pairs ^ {(r, w), (w, r)}, x, y), {r, w}
+
+
+@FAST
+@given(seed=st.integers(0, 2**31 - 1), s=st.integers(1, 6),
+       level=st.sampled_from(["node", "k_neighbor", "undirected_edge"]))
+def test_one_gdp_unit_changes_the_training_examples_of_at_most_its_own_split(seed: int, s: int, level: str) -> None:
+    """The argument DP-GCN's weights-only acceptance rests on, on random graphs: a neighbour that
+    differs in one unit at a GDP level (one node replaced — features, label, every edge —, its
+    features, label and a few entries, one undirected edge; a directed entry is half of one, and
+    a node graph stores both halves) has the same
+    training nodes, the same split assignment and the same sampler batches, and the examples
+    training reads differ in exactly the split the change lies in (the replaced training node's;
+    an edge's if both its ends train in one split) and in no other split."""
+    gen = torch.Generator().manual_seed(seed)
+    before, after, touched = _neighbour(random_graph(seed % 997, n=36, m=90), level, gen)
+    tasks = [make_task(g, key=seed % 5) for g in (before, after)]
+    samplers = [make_sampler(t, s, seed=seed % 11) for t in tasks]
+    assert torch.equal(tasks[0].split.train, tasks[1].split.train)  # the keyed node split: ids only
+    assert torch.equal(samplers[0].assignment, samplers[1].assignment)  # the keyed graph splits: ids only
+    for sampler in samplers:  # the batches drawn: b of s, from the sampling generator alone
+        sampler.params = GraphSplitsParams(num_splits=s, batch_size=max(1, s // 2), partition_seed=0)
+    draws = [[sp.draw(torch.Generator().manual_seed(t)).tolist() for t in range(4)] for sp in samplers]
+    assert draws[0] == draws[1]
+    owner = split_of(samplers[0], tasks[0])  # training node → its split
+    splits = {owner.get(v) for v in touched}
+    expected = splits if None not in splits and len(splits) == 1 else set()
+    if level in ("node", "k_neighbor"):  # r's features always change: its split, if r trains
+        expected = {owner[next(iter(touched))]} if next(iter(touched)) in owner else set()
+    old, new = (_training_examples(t, sp) for t, sp in zip(tasks, samplers, strict=True))
+    changed = {k for k in range(s) if not all(torch.equal(a, b) for a, b in zip(old[k], new[k], strict=True))}
+    assert changed == expected, (level, touched, changed, expected)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -148,6 +148,10 @@ BUILTIN_ACCOUNTANTS: dict[str, tuple[str, ...]] = {
 #: The built-in accountants of a node-classification site (every GDP level): per-node DP-SGD on
 #: row-wise models (DP-MLP, GAP's classifier) and DP-SAGE's rooted subgraphs.
 NODE_TASK_ACCOUNTANTS: tuple[str, ...] = ("node_rdp", "rooted_rdp")
+#: The built-in accountants of a node-classification site whose ``release-scope`` is ``weights``:
+#: DP-GCN's split accountant, the one analysing a weights-only GDP unit (the accountants above
+#: analyse units covering predictions and are refused there by their units).
+WEIGHTS_SCOPE_ACCOUNTANTS: tuple[str, ...] = ("split_rdp",)
 #: Task kinds a site runs: relational fine-tuning (an ``encoder`` task) or node classification
 #: (a ``model`` task: a GNN or MLP on node features), by the task's model family.
 TASK_KINDS = {"relational": "encoder", "node_classification": "model"}
@@ -177,7 +181,8 @@ class SiteSettings(BaseModel):
     Keys use Flower's dashed style. Of these, only ``site-name``, ``epsilon-budget`` and ``delta``
     are ever reported to the server (see deploy/RUNBOOK.md, "What leaves the site").
 
-    The site's privacy *policy* is part of it: ``delta``, ``privacy-unit``, ``accountants``,
+    The site's privacy *policy* is part of it: ``delta``, ``privacy-unit`` (with ``degree-bound``,
+    ``k-neighbors`` and ``release-scope`` for node classification), ``accountants``,
     ``min-noise-multiplier``, ``max-steps-per-round`` (and the rule that a task never pins a
     seed or the noise source). The ClientApp refuses a task that differs before any data is
     read (:func:`check_site_policy`).
@@ -230,6 +235,13 @@ class SiteSettings(BaseModel):
         "relational", alias="task-kind",
         description="The tasks this site runs on its graph: relational fine-tuning, or node classification "
                     "(DP-MLP, GAP, ... on a graph with node features and labels); any other task is refused.")
+    release_scope: Literal["predictions", "weights"] = Field(
+        "predictions", alias="release-scope",
+        description="task-kind node_classification: what the site's guarantee covers. 'predictions' "
+                    "(default): the weights and every node's prediction (paper 4's Def. 4.2); 'weights': "
+                    "the released weights only (the unit lacks /predictions), which lets the site run "
+                    "DP-GCN (paper 3: its predictions read raw neighbours) and refuses the methods "
+                    "analysed with predictions. The ledger is bound to the scope; a task cannot set it.")
     degree_bound: int | None = Field(
         None, ge=1, alias="degree-bound",
         description="task-kind node_classification, privacy-unit node (required) or k_neighbor: the "
@@ -304,7 +316,9 @@ class SiteSettings(BaseModel):
         """``accountants``, or the built-in accountants of the site's privacy unit."""
         if self.accountants is not None:
             return self.accountants
-        return NODE_TASK_ACCOUNTANTS if self.node_task else BUILTIN_ACCOUNTANTS[self.privacy_unit]
+        if not self.node_task:
+            return BUILTIN_ACCOUNTANTS[self.privacy_unit]
+        return WEIGHTS_SCOPE_ACCOUNTANTS if self.release_scope == "weights" else NODE_TASK_ACCOUNTANTS
 
     @property
     def node_task(self) -> bool:
@@ -314,13 +328,14 @@ class SiteSettings(BaseModel):
     @property
     def gdp_unit(self) -> Any:
         """The site's paper-4 GDP unit (a :class:`~graphveil.contract.units.PrivacyUnit`: replacement
-        adjacency, predictions covered) for node classification, else ``None``."""
+        adjacency; predictions covered unless ``release-scope`` is ``weights``) for node
+        classification, else ``None``. Every spend of the site is bound to it in its ledger."""
         if not self.node_task:
             return None
         from graphveil.contract.units import Adjacency, PrivacyUnit, UnitKind
 
         kind = UnitKind(self.privacy_unit)
-        return PrivacyUnit(kind, Adjacency.REPLACEMENT, protects_predictions=True,
+        return PrivacyUnit(kind, Adjacency.REPLACEMENT, protects_predictions=self.release_scope == "predictions",
                            degree_bound=self.degree_bound if kind in (UnitKind.NODE, UnitKind.K_NEIGHBOR) else None,
                            k=self.k_neighbors if kind is UnitKind.K_NEIGHBOR else None)
 
@@ -476,8 +491,8 @@ def _check_sql_site(settings: SiteSettings, source: str) -> None:
 
 def _check_relational_site(settings: SiteSettings, source: str) -> None:
     """A relational site: ``min-records`` at edge level (only there); no node-task keys."""
-    for key in ("degree_bound", "k_neighbors"):
-        if getattr(settings, key) is not None:
+    for key in ("degree_bound", "k_neighbors", "release_scope"):
+        if key in settings.model_fields_set and getattr(settings, key) is not None:
             raise ConfigError(f"{source}: {key.replace('_', '-')} applies to task-kind 'node_classification' only")
     if settings.privacy_unit == "edge" and settings.min_records is None:
         raise ConfigError(
@@ -643,10 +658,12 @@ def check_site_policy(site: SiteSettings, fed: FederationSettings, config: RunCo
     * ``task-kind``: the task is relational (an encoder task) or node classification (a model task);
     * ``privacy-unit``: relational: sampler, clipper and accountant must all be of that unit. Node
       classification: the task's ``privacy.unit``, if it states one, is the site's GDP unit
-      (:attr:`SiteSettings.gdp_unit`: not another adjacency or weights-only unit, not a weaker
-      or stronger level, not another k; ``degree-bound``: not a larger D, nor a smaller one,
-      which a node-level run would refuse only after reading the graph), and sampler, clipper
-      and accountant must each analyse that unit (:func:`site_run_config` puts it in);
+      (:attr:`SiteSettings.gdp_unit`: not another adjacency, not another scope — weights only
+      where the site's ``release-scope`` covers predictions, or predictions where it is
+      ``weights`` —, not a weaker or stronger level, not another k; ``degree-bound``: not a
+      larger D, nor a smaller one, which a node-level run would refuse only after reading the
+      graph), and sampler, clipper and accountant must each analyse that unit
+      (:func:`site_run_config` puts it in): DP-GCN's analyse only a weights-only unit;
     * ``accountants``: the accountant must be one the site accepts;
     * ``min-noise-multiplier``: σ must be given directly (``privacy.noise_multiplier``; a σ
       calibrated to a target ε depends on b/|Ē|) and be at least the floor;
@@ -755,10 +772,17 @@ def _check_gdp_unit(site: SiteSettings, task: Mapping[str, Any], config: RunConf
     asked = _task_value(task, "privacy.unit")
     if asked is not None:
         theirs = PrivacyUnit.parse(str(asked))  # readable: the task validated as a RunConfig
-        if theirs.adjacency is not Adjacency.REPLACEMENT or not theirs.protects_predictions:
+        if theirs.adjacency is not Adjacency.REPLACEMENT or (
+                mine.protects_predictions and not theirs.protects_predictions):
             raise PolicyRefusal("task.privacy.unit", (
                 f"the task asks {theirs.value!r}; this site protects {mine.value!r} (paper 4's graph DP: "
-                "replacement adjacency, predictions covered): another unit"))
+                "replacement adjacency, predictions covered): another unit (weights only is the site's "
+                "choice: release-scope in its node config, never the task's)"))
+        if theirs.protects_predictions and not mine.protects_predictions:
+            raise PolicyRefusal("task.privacy.unit", (
+                f"the task asks {theirs.value!r}; this site's release-scope is 'weights' and it accounts "
+                f"every spend under its own unit {mine.value!r} (one unit per ledger): drop privacy.unit "
+                "from the task"))
         rank = GDP_LEVELS.index
         if rank(theirs.kind.value) < rank(mine.kind.value) or (
                 theirs.kind is UnitKind.K_NEIGHBOR and mine.kind is UnitKind.K_NEIGHBOR and theirs.k < mine.k):

@@ -9,7 +9,9 @@ public (a function of the task and the site's policy) or covered by the accounte
    accountant, σ floor, steps per round, the site's own size floor and degree cap, pinned
    values, clip norm range, no pinned seed or noise), and server arrays that do not decode,
    are not floating point, hold NaN/Inf or exceed ``max-abs-weight`` — nothing read yet;
-2. refuse if the ledger already shows the budget spent; assemble the site's
+2. refuse if the ledger already shows the budget spent, or (node classification) is bound to
+   another unit than the one the site's policy states now (its level, D, k or
+   ``release-scope``: :func:`_check_ledger_unit`); assemble the site's
    :class:`~graphveil.run.session.TrainingSession` (no data read). At edge level, with the site's
    public size floor ``min-records``, its accountant is bound from public numbers alone
    (:meth:`~graphveil.run.session.TrainingSession.bind_public_accounting`); at node level the
@@ -235,6 +237,7 @@ def handle_train(content: RecordDict, context: Context, *,
 def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, config: RunConfig,
            ledger: PrivacyLedger, server_round: int, local_steps: int,
            session_factory: SessionFactory, stage: _Stage) -> RecordDict:
+    _check_ledger_unit(ledger, site)
     spent = ledger.spent_epsilon()
     if spent >= site.epsilon_budget:
         delta = float(ledger.meta().get("delta", "nan"))
@@ -343,6 +346,24 @@ def _round(incoming: dict[str, Any], context: Context, site: SiteSettings, confi
              "off" if cache is None else f"{cache.hits} hit(s), {cache.misses} miss(es)")
     return records.trained_content(site.site_name, session.trainable_state(), metrics,
                                    ledger_head=ledger.witness_head())  # after the release
+
+
+def _check_ledger_unit(ledger: PrivacyLedger, site: SiteSettings) -> None:
+    """A node-classification site's ledger is bound to the unit its policy states now (level, D,
+    k and ``release-scope``): refused before a session is built (nothing of the graph read) if
+    the policy changed since the ledger's first spend. Spend under a weights-only unit (DP-GCN:
+    its predictions are not covered) must never be composed into a claim covering predictions,
+    nor the reverse; the ledger's own binding (:meth:`PrivacyLedger.reserve`) refuses it too,
+    but only after the graph's sizes were read. Both values are public (policy and binding)."""
+    if not site.node_task:
+        return
+    bound, mine = ledger.meta().get("unit"), site.gdp_unit.value
+    if bound is not None and bound != mine:
+        raise _Refusal(records.REFUSED, (
+            f"site policy: this site's ledger is bound to the privacy unit {bound!r} but its policy states "
+            f"{mine!r} (privacy-unit, degree-bound, k-neighbors or release-scope changed since its first "
+            "spend); RDP spend composes under one unit: keep the ledger's unit, or give the new policy "
+            "its own ledger"))
 
 
 def _reserve(ledger: PrivacyLedger, accountant: Any, site: SiteSettings, *, sigma: float, delta: float,

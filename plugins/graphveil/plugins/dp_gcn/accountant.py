@@ -16,7 +16,7 @@ from graphveil.contract.profiles import (
     SensitivityKind,
     SensitivityProfile,
 )
-from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE
+from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE, SplitUnits
 from graphveil.privacy import RdpAccountantBase, RdpParams
 from graphveil.privacy.rdp_accountant import dp_event_rdp
 
@@ -37,14 +37,16 @@ def split_step_event(num_splits: int, batch_size: int, noise_multiplier: float) 
     return node_step_event(num_splits, batch_size, noise_multiplier)
 
 
-class SplitRdpAccountant(RdpAccountantBase):
+class SplitRdpAccountant(SplitUnits, RdpAccountantBase):
     """Split-level (replacement) RDP of b-of-s WOR split batches with per-split clipping (dp-accounting).
 
     Each step is :func:`split_step_event` composed by ``dp_accounting.rdp.RdpAccountant`` under
     ``REPLACE_ONE`` (s and b are public). Paper 3 accounts the same steps with the moments
     accountant of Poisson sampling at q = b/s and sensitivity C, i.e. add/remove of a whole
     split — which covers one node only through group privacy; see
-    :mod:`graphveil.plugins.dp_gcn.units`.
+    :mod:`graphveil.plugins.dp_gcn.units`. The same curve is the run's under a weights-only GDP
+    unit (``privacy.unit`` such as ``node/replacement/D=…``: :class:`~.units.SplitUnits`), since
+    one such unit changes one split.
     """
 
     Params = RdpParams

@@ -6,10 +6,10 @@ from typing import Any, ClassVar
 
 from graphveil.contract.clipper import ThresholdClipper
 from graphveil.contract.profiles import PrivacyUnit, SensitivityKind
-from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE
+from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE, SplitUnits
 
 
-class PerSplitClipper(ThresholdClipper):
+class PerSplitClipper(SplitUnits, ThresholdClipper):
     """Clip each split's gradient to C; replacing one split moves the clipped sum by at most 2C.
 
     The engine computes every split's gradient g(Sᵢ) from one backward pass and releases

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graphveil.contract.errors import ConfigError, PrivacyError
 from graphveil.contract.profiles import PrivacyUnit, SamplingKind, SamplingProfile
 from graphveil.plugins.dp_gcn.splits import SplitBatch, split_assignment, split_key
-from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE
+from graphveil.plugins.dp_gcn.units import SPLIT_REPLACE, SplitUnits
 from graphveil.plugins.node_classification.sampler import WithoutReplacementSampler
 
 
@@ -26,7 +26,7 @@ class GraphSplitsParams(BaseModel):
         "the run's sampling generator when the sampler is prepared."))
 
 
-class GraphSplitsSampler(WithoutReplacementSampler):
+class GraphSplitsSampler(SplitUnits, WithoutReplacementSampler):
     """Cuts the training graph once into s random splits; draws b of them per step (sampled-WOR Gaussian).
 
     :meth:`prepare` assigns every training node to one of s splits by a keyed hash of its id
