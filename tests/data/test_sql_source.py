@@ -17,7 +17,18 @@ import pytest
 import torch
 import yaml
 from _postgres import PostgresServer, ServerUnavailable, start_server
-from _tables import EDGES, ENTITIES, IDS, LABELS, RELATIONS, X, check_graph, data_options, same_graph, write_csv
+from _tables import (
+    EDGES,
+    ENTITIES,
+    IDS,
+    LABELS,
+    RELATIONS,
+    X,
+    check_graph,
+    data_options,
+    same_graph,
+    write_csv,
+)
 
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data import RelationalGraph, load_bundled_citeseer, load_data
