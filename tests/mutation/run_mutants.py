@@ -639,6 +639,22 @@ MUTANTS: tuple[Mutant, ...] = (
           "    if False:  # MUTANT\n"),),
     ),
     Mutant(
+        "data-options-at-assemble", "the check of the data source's options when the run is assembled (the "
+        "config checks only the shape: a bad data.* option would be found only once the data is read)",
+        (("framework/graphveil/run/session.py",
+          "            self.data_options = check_data_options(cfg.data, self.host, where=cfg.origin)\n"
+          "        self.sampler = ",
+          "            pass  # MUTANT\n"
+          "        self.sampler = "),),
+    ),
+    Mutant(
+        "sweep-data-before-folder", "a sweep's refusal of a bad data option before its folder opens (graphveil "
+        "sweep would leave an empty .partial folder to resume)",
+        (("framework/graphveil/run/runner.py",
+          "    data_options = None if graph is not None else check_data_options(config.data, host, where=config.origin)\n",
+          "    data_options = None  # MUTANT\n"),),
+    ),
+    Mutant(
         "gateway-body-limit", "the Fleet gateway's refusal of a declared body over the limit (a 400 MB "
         "unauthenticated POST was read and forwarded)",
         (("connectors/graphveil/connectors/flower/gateway.py",

@@ -139,6 +139,20 @@ def test_data_column_keys_apply_to_table_sources_only(tmp_path: Path) -> None:
         assembled(write(tmp_path, GOOD), ["data.id_col=id"])
 
 
+def test_graphveil_run_refuses_a_bad_data_option_naming_file_and_key_and_writes_nothing(tmp_path: Path, monkeypatch,
+                                                                                      capsys) -> None:
+    from graphveil.apps.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    cfg = write(tmp_path, GOOD)
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["run", str(cfg), "--set", "data.id_col=node", "--output", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{cfg}: data: data.id_col applies only to sources 'edge_list', 'parquet', 'sql' "
+                        "(source is 'citeseer')") and len(err.splitlines()) == 1
+    assert sorted(tmp_path.rglob("*")) == before  # no out, no out.partial, no runs/
+
+
 def test_set_data_source_to_another_source_drops_the_files_source_options(tmp_path: Path) -> None:
     text = GOOD + "data: {source: planetoid, name: cora, split: {kind: random_node, seed: 3}, max_entities: 50}\n"
     cfg = load_config(write(tmp_path, text), ["data.source=pyg", "data.path=g.pt"])
