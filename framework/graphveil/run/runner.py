@@ -15,11 +15,11 @@ import yaml
 
 from graphveil.contract.errors import ConfigError
 from graphveil.contract.host import PluginHost, default_host, read_only
-from graphveil.data.loaders import DataOptions, check_data_options
+from graphveil.data.loaders import DataOptions
 from graphveil.run.config import RunConfig, config_from_dict
 from graphveil.run.outputs import RunDirectory, dumps, format_table
 from graphveil.run.records_store import RecordsStore
-from graphveil.run.session import TrainingSession, resolved_config
+from graphveil.run.session import TrainingSession, assembled_data_options, resolved_config
 
 TAIL_COLUMNS = [
     ("epsilon", "ε spent", ".3f"), ("noise_multiplier", "σ", ".3f"), ("steps", "steps", "d"),
@@ -50,8 +50,9 @@ def run_training(config: RunConfig, *, host: PluginHost | None = None,
     """Assemble (refusing mismatches before any data is read), prepare, train, evaluate, save.
 
     ``config.resolved.yaml`` holds the validated config (the data source's full option set as
-    the assembly validated it, :func:`~graphveil.run.session.resolved_config`): the sampling seed only if the user
-    fixed one, a noise seed only if the user set ``privacy.research_noise_seed`` (recorded in
+    the assembly validated it, :func:`~graphveil.run.session.resolved_config`): the sampling
+    seed only if the user fixed one, a noise seed only if the user set
+    ``privacy.research_noise_seed`` (recorded in
     ``privacy.json`` too); CSPRNG noise has no seed to write. ``records_store`` keeps the
     degree-capped Ē across runs on the same graph (see :class:`TrainingSession`).
 
@@ -160,9 +161,9 @@ def run_sweep(config: RunConfig, *, host: PluginHost | None = None, graph: Any =
     if config.sweep is None:
         raise ValueError("config has no sweep section")
     host = host or default_host()
-    # every cell reads this data section (its split key aside): a bad option is refused before
-    # the sweep folder opens (each cell's run checks its own again when it is assembled)
-    data_options = None if graph is not None else check_data_options(config.data, host, where=config.origin)
+    # every cell has this data section (its split key aside): a bad option is refused before the
+    # sweep folder opens (each cell's run checks its own again when it is assembled)
+    data_options = assembled_data_options(config, host, reads_data=graph is None)
     final = Path(config.output.dir or RunDirectory.default_for(config.name))
     out = RunDirectory(final, resume=resume)
     columns, cells = None, []
@@ -204,8 +205,9 @@ def run_sweep(config: RunConfig, *, host: PluginHost | None = None, graph: Any =
 def completed_cell(cell: RunConfig, data_options: DataOptions | None = None) -> dict[str, Any] | None:
     """The result row of the sweep cell ``cell`` if its run directory is complete, else None.
 
-    ``data_options``: the sweep's data options as validated (the run directory's resolved config
-    holds them in full); ``None`` for cells run on a given graph.
+    ``data_options``: the sweep's data options as its runs' assembly validates them
+    (:func:`~graphveil.run.session.assembled_data_options`; the run directory's resolved config
+    holds them in full).
 
     :raises ConfigError: if that directory holds a run of another config (the sweep changed).
     """

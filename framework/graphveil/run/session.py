@@ -115,9 +115,7 @@ class TrainingSession:
         its options are still checked (``config.resolved.yaml`` records them) if the host
         registers its source, and left as written otherwise (a test host without the built-ins)."""
         cfg = self.config
-        known = {c.name for c in self.host.components("data_source")}
-        if self.graph is None or cfg.data.source in known:
-            self.data_options = check_data_options(cfg.data, self.host, where=cfg.origin)
+        self.data_options = assembled_data_options(cfg, self.host, reads_data=self.graph is None)
         self.sampler = self.host.create("sampler", cfg.sampler.name, cfg.sampler.params, where="sampler")
         self.clipper = self.host.create("clipper", cfg.clipper.name, cfg.clipper.params, where="clipper")
         self.accountant = self.host.create(
@@ -165,7 +163,7 @@ class TrainingSession:
 
         if self.sampler is None:
             self.assemble()
-        if self.data_options is None:  # given a graph at construction: the section is checked now
+        if self.data_options is None:  # given a graph of a source the host lacks: refused by name here
             self.data_options = check_data_options(self.config.data, self.host, where=self.config.origin)
         return load_data(self.config.data, self.host, options=self.data_options)
 
@@ -609,6 +607,18 @@ class TrainingSession:
             claim = f"{unit.value} DP w.r.t. the training side of the keyed split"
         return {"claim": claim, **self.task.scope(), "records": profile.num_records,
                 "records_persisted": self.records_key is not None}
+
+
+def assembled_data_options(config: RunConfig, host: PluginHost, *, reads_data: bool) -> DataOptions | None:
+    """The data options the assembly of a run of ``config`` validates with ``host``: all of them
+    when the run reads its data section; for a run given its graph, those of a source ``host``
+    registers, and None for another (a test host without the built-ins).
+
+    :raises ConfigError: naming the config's file and the ``data.*`` key.
+    """
+    if reads_data or config.data.source in {c.name for c in host.components("data_source")}:
+        return check_data_options(config.data, host, where=config.origin)
+    return None
 
 
 def resolved_config(config: RunConfig, data_options: DataOptions | None) -> dict[str, Any]:
