@@ -119,7 +119,6 @@ def guarantee(row: int, data: list[str], host: PluginHost, graphs: dict[str, Any
     """(unit, δ) of a row's runs as ``privacy.json`` states them: the sampler's privacy unit and δ
     (explicit, or the default rule over the unit's count on this dataset); ``–`` without privacy.
     ``graphs`` caches the loaded dataset across rows."""
-    from graphveil.data.loaders import load_data
     from graphveil.run.session import TrainingSession
 
     _, _, config, overrides, eps, _ = ROWS[row]
@@ -130,7 +129,7 @@ def guarantee(row: int, data: list[str], host: PluginHost, graphs: dict[str, Any
     session.assemble()
     name = "|".join(data)
     if name not in graphs:
-        graphs[name] = load_data(cfg.data, host)
+        graphs[name] = session.load_data()
     session.task.setup(graphs[name], cfg.data.split)
     session._choose_delta()  # the session's own rule, as a run applies it
     return session.sampler.unit.value, f"{session.delta:g}"

@@ -182,7 +182,7 @@ def test_set_reaches_every_row_and_drops_the_bundled_source_options(tmp_path: Pa
         "data.source=pyg", f"data.path={tmp_path / 'g.pt'}", "model.hidden=16", "training.lr=0.01"])
     assert len(configs) == len(demo_node.ROWS)
     for _, cfg, _ in configs:
-        assert cfg.data.source == "pyg" and cfg.data.params == {"path": tmp_path / "g.pt"}
+        assert cfg.data.source == "pyg" and cfg.data.params == {"path": str(tmp_path / "g.pt")}  # as written
         assert cfg.data.split.kind == "random_node"  # the demo's split: no masks needed
         assert cfg.model.params["hidden"] == 16 and cfg.training.lr == 0.01
         assert cfg.training.epochs == 1  # --quick and --set together

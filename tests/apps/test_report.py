@@ -282,6 +282,15 @@ def test_sweep_bad_flags_exit_2(tmp_path: Path, capsys) -> None:
     assert "--seeds" in _cli_error(["sweep", str(config), "--epsilons", "1", "--seeds", "x"], capsys)
 
 
+def test_sweep_refuses_a_bad_data_option_before_its_folder_opens(tmp_path: Path, capsys) -> None:
+    config = _write(tmp_path / "mlp.yaml", NODE)
+    out = tmp_path / "out"
+    err = _cli_error(["sweep", str(config), "--epsilons", "1", "--seeds", "1", "--output", str(out),
+                      "--set", "data.name=pubmed"], capsys)
+    assert f"{config}: data: data.name: Input should be 'cora' or 'citeseer' (got 'pubmed')" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.yaml"]  # no out, no out.partial to resume
+
+
 @pytest.mark.slow
 def test_report_refuses_mixed_metrics_and_unknown_metric(swept: Path, tmp_path: Path, capsys) -> None:
     rel = tmp_path / "rel"

@@ -1,15 +1,21 @@
-"""The small entity and relation tables the parquet and SQL source tests read, and the small node
-graph (IDS, LABELS, X, EDGES) the node-source tests write in every format (no tests here)."""
+"""The small entity and relation tables the parquet and SQL source tests read, the small node
+graph (IDS, LABELS, X, EDGES) the node-source tests write in every format, and a data section's
+options checked as a run's assembly checks them (no tests here)."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from pydantic import BaseModel
 
+from graphveil.contract.host import default_host
 from graphveil.data import NodeGraph, RelationalGraph
+from graphveil.data.loaders import check_data_options
+from graphveil.run.config import DataConfig
 
 ENTITIES = [("a", "alpha paper", "ml"), ("b", " beta, with a comma", "db"), ("c", "gamma", ""),
             ("d", "delta", "ml"), ("e", "epsilon \"quoted\"", "db")]
@@ -58,3 +64,12 @@ def check_graph(graph: object, x: np.ndarray = X) -> NodeGraph:
     assert {frozenset(p) for p in pairs} == undirected and len(pairs) == 2 * len(undirected)
     assert graph.notes["dropped_self_loops"] == 1 and graph.notes["dropped_duplicate_edges"] == 0
     return graph
+
+
+def data_options(**section: Any) -> BaseModel:
+    """The data section ``section``'s source options, validated as a run's assembly validates them
+    (:func:`~graphveil.data.loaders.check_data_options`, the installed plugins' host).
+
+    :raises ConfigError: naming the ``data.*`` key.
+    """
+    return check_data_options(DataConfig(**section), default_host()).params

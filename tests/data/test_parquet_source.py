@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from _tables import ENTITIES, RELATIONS, same_graph, write_csv
+from _tables import ENTITIES, RELATIONS, data_options, same_graph, write_csv
 
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data import RelationalGraph, load_data
@@ -124,16 +124,17 @@ def test_file_errors(tmp_path: Path) -> None:
 
 
 def test_options_are_checked_before_reading() -> None:
-    with pytest.raises(ValueError, match=r"data\.entities is required for source 'parquet'"):
-        DataConfig(source="parquet", path="r.parquet")
-    with pytest.raises(ValueError, match=r"give both data\.source_col and data\.target_col"):
-        DataConfig(source="parquet", path="r.parquet", entities="e.parquet", source_col="a")
+    with pytest.raises(ConfigError, match=r"data\.entities is required for source 'parquet'"):
+        data_options(source="parquet", path="r.parquet")
+    with pytest.raises(ConfigError, match=r"give both data\.source_col and data\.target_col"):
+        data_options(source="parquet", path="r.parquet", entities="e.parquet", source_col="a")
     with pytest.raises(ConfigError, match=r"data\.sep: not an option of source 'parquet'"):
-        load_data(DataConfig.model_construct(source="parquet", path="r.parquet", entities="e.parquet",
-                                             sep=",", split=DataConfig().split))
-    cfg = DataConfig(source="parquet", path="r.parquet", entities="e.parquet")
-    assert cfg.params == {"path": Path("r.parquet"), "entities": Path("e.parquet"), "source_col": None,
-                          "target_col": None, "id_col": "id", "text_col": "text", "label_col": None, "features_col": None, "feature_cols": None, "features_table": None, "num_features": None}
+        load_data(DataConfig(source="parquet", path="r.parquet", entities="e.parquet", sep=","))
+    options = data_options(source="parquet", path="r.parquet", entities="e.parquet")
+    assert options.model_dump() == {"path": Path("r.parquet"), "entities": Path("e.parquet"), "source_col": None,
+                                    "target_col": None, "id_col": "id", "text_col": "text", "label_col": None,
+                                    "features_col": None, "feature_cols": None, "features_table": None,
+                                    "num_features": None}
 
 
 def test_pyarrow_is_imported_only_when_a_parquet_file_is_read() -> None:

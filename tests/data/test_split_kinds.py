@@ -24,6 +24,7 @@ from graphveil.plugins.node_classification.task import NodeClassification
 from graphveil.plugins.relational.task import RelationalTask
 from graphveil.plugins.standard.sources.planetoid import load_planetoid
 from graphveil.run.config import DataConfig, config_from_dict, load_config
+from graphveil.run.session import TrainingSession
 
 # ----------------------------------------------------------------------------------- planetoid_full
 
@@ -174,7 +175,7 @@ def test_graph_b_options_are_checked_on_the_run_host_before_reading(tmp_path: Pa
         ({"kind": "two_graphs", "eval_data": {"source": "citeseer", "split": {"train_fraction": 0.3}}},
          r"data\.split\.eval_data\.split: graph B is evaluated whole"),
         ({"kind": "two_graphs", "eval_data": {"source": "edge_list", "path": "b.csv"}},
-         r"run\.yaml: data\.split\.eval_data: data\.entities is required for source 'edge_list'"),
+         r"run\.yaml: data\.split\.eval_data: data\.split\.eval_data\.entities is required for source 'edge_list'"),
         ({"kind": "planetoid_ful"}, r"data\.split\.kind: Input should be 'transfer', 'random_node', 'planetoid_full' or 'two_graphs'"),
     ],
 )
@@ -183,8 +184,8 @@ def test_split_config_errors(tmp_path: Path, split: dict, pattern: str) -> None:
     raw["data"]["split"] = split
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(ConfigError, match=pattern):
-        load_config(path)
+    with pytest.raises(ConfigError, match=pattern):  # the shape at load, graph B's source options at assemble
+        TrainingSession(load_config(path)).assemble()
 
 
 def test_join_needs_an_input_both_graphs_share() -> None:

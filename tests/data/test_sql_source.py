@@ -17,12 +17,24 @@ import pytest
 import torch
 import yaml
 from _postgres import PostgresServer, ServerUnavailable, start_server
-from _tables import EDGES, ENTITIES, IDS, LABELS, RELATIONS, X, check_graph, same_graph, write_csv
+from _tables import (
+    EDGES,
+    ENTITIES,
+    IDS,
+    LABELS,
+    RELATIONS,
+    X,
+    check_graph,
+    data_options,
+    same_graph,
+    write_csv,
+)
 
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data import RelationalGraph, load_bundled_citeseer, load_data
 from graphveil.plugins.standard.sources import sql as sql_module
 from graphveil.run.config import DataConfig, load_config
+from graphveil.run.session import TrainingSession
 
 #: one PostgreSQL server (the session fixture ``pg``) for the module: its tests run on one xdist worker
 pytestmark = pytest.mark.xdist_group("postgres")
@@ -343,8 +355,8 @@ SMUGGLED = [r"SELECT E'\'' AS a; DELETE FROM entities; --'", r"SELECT '\' AS a; 
 ])
 def test_a_query_that_is_not_one_select_is_refused_before_connecting(query: str, problem: str) -> None:
     url = "postgresql+psycopg://nobody@127.0.0.1:1/none"  # never reached
-    with pytest.raises(ValueError, match=rf"data\.entities_query: {re.escape(problem)}"):
-        DataConfig(source="sql", url=url, entities_query=query, relations_table="r")
+    with pytest.raises(ConfigError, match=rf"data\.entities_query: {re.escape(problem)}"):
+        data_options(source="sql", url=url, entities_query=query, relations_table="r")
 
 
 def test_quoted_words_comments_and_casts_are_no_writes() -> None:
@@ -372,7 +384,7 @@ def test_a_smuggled_second_statement_is_refused_as_the_server_would_split_it(
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction, match="DELETE"), conn.cursor() as cur:
             cur.execute(query.encode())  # the simple query protocol: the server splits the statements
     for url, options in ((pg_env.url(), {"password_env": PASSWORD_ENV}), (duckdb_url, {})):
-        with pytest.raises(ValueError, match=r"data\.entities_query: only one SELECT statement is run; "
+        with pytest.raises(ConfigError, match=r"data\.entities_query: only one SELECT statement is run; "
                                              r"found 2 \(SELECT, DELETE\)"):
             sql(url, entities_query=query, **options)
         with pytest.raises(ConfigError, match=r"^entities_query: only one SELECT"):  # the loader checks too
@@ -435,21 +447,24 @@ def test_the_connection_itself_refuses_writes(database: str, request) -> None:
 @pytest.mark.parametrize("url", ["postgresql+psycopg://alice:Sup3rSecret@db:5432/graph",
                                  "postgresql+psycopg://alice@db:5432/graph?password=Sup3rSecret"])
 def test_a_url_holding_a_password_is_refused_without_echoing_it(url: str, tmp_path: Path, capsys) -> None:
-    with pytest.raises(ValueError) as info:
-        DataConfig(source="sql", url=url, entities_table="e", relations_table="r")
+    with pytest.raises(ConfigError) as info:
+        data_options(source="sql", url=url, entities_table="e", relations_table="r")
     assert "holds" in str(info.value) and "data.password_env" in str(info.value)
     assert "Sup3rSecret" not in str(info.value) and "alice" in str(info.value)
     from graphveil.apps.cli import main
 
     cfg = tmp_path / "run.yaml"
-    cfg.write_text(yaml.safe_dump({"data": {"source": "sql", "url": url, "entities_table": "e", "relations_table": "r"}}))
+    components = {"sampler": {"name": "edge_poisson_decoupled", "batch_size": 4}, "clipper": {"name": "per_tuple_clip"},
+                  "accountant": {"name": "edge_rdp"}, "encoder": {"name": "hf_lora", "model": "tiny-bert"}}
+    cfg.write_text(yaml.safe_dump({**components, "data": {"source": "sql", "url": url, "entities_table": "e",
+                                                          "relations_table": "r"}}))
     assert main(["run", str(cfg), "--output", str(tmp_path / "out"), "--no-progress"]) == 2
     captured = capsys.readouterr()
     assert "credentials never go in the run config" in captured.err
     assert "Sup3rSecret" not in captured.err + captured.out and not (tmp_path / "out").exists()
-    with pytest.raises(ConfigError, match="holds") as info:
-        load_config(cfg)
-    assert "Sup3rSecret" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"run\.yaml: data: data\.url holds") as info:  # refused at assemble
+        TrainingSession(load_config(cfg)).assemble()
+    assert "Sup3rSecret" not in str(info.value) and "Sup3rSecret" not in repr(info.value.__cause__)
 
 
 def test_passwords_from_the_environment_a_file_or_libpq(pg: PostgresServer, tmp_path: Path,
@@ -475,9 +490,9 @@ def test_passwords_from_the_environment_a_file_or_libpq(pg: PostgresServer, tmp_
     graph = sql(pg.url())
     assert graph.num_edges == 6
     assert pg.password not in caplog.text and wrong not in caplog.text
-    with pytest.raises(ValueError, match="give one of data.password_env and data.password_file, not both"):
-        DataConfig(source="sql", url=pg.url(), entities_table="e", relations_table="r",
-                   password_env="X", password_file=secret)
+    with pytest.raises(ConfigError, match="give one of data.password_env and data.password_file, not both"):
+        data_options(source="sql", url=pg.url(), entities_table="e", relations_table="r",
+                     password_env="X", password_file=secret)
 
 
 def test_redacted_urls_and_messages_hide_every_secret() -> None:
@@ -486,9 +501,9 @@ def test_redacted_urls_and_messages_hide_every_secret() -> None:
     # a password holding '@' and '/': SQLAlchemy alone would parse the password 'p', the host 'ss'
     # and show "@ss/w0rd"; the URL is masked before it is parsed
     assert sql_module.redact("postgresql+psycopg://bob:p@ss/w0rd@db/graph") == "postgresql+psycopg://bob@db/graph"
-    with pytest.raises(ValueError, match=r"data\.url holds a password \(postgresql\+psycopg://bob@db/graph\)") as info:
-        DataConfig(source="sql", url="postgresql+psycopg://bob:p@ss/w0rd@db/graph", entities_table="e",
-                   relations_table="r")
+    with pytest.raises(ConfigError, match=r"data\.url holds a password \(postgresql\+psycopg://bob@db/graph\)") as info:
+        data_options(source="sql", url="postgresql+psycopg://bob:p@ss/w0rd@db/graph", entities_table="e",
+                     relations_table="r")
     assert "w0rd" not in str(info.value)
     # a driver message quoting the password (as a DSN echoed back would) is scrubbed
     assert sql_module._scrub("bad dsn 'password=pw1 host=db'\ndetail", "pw1") == "bad dsn 'password=*** host=db'"
@@ -499,18 +514,18 @@ def test_redacted_urls_and_messages_hide_every_secret() -> None:
 
 def test_options_are_checked_before_connecting() -> None:
     url = "sqlite:///nowhere.db"
-    with pytest.raises(ValueError, match=r"give one of data\.entities_table and data\.entities_query"):
-        DataConfig(source="sql", url=url, relations_table="r")
-    with pytest.raises(ValueError, match=r"give one of data\.relations_table and data\.relations_query"):
-        DataConfig(source="sql", url=url, entities_table="e", relations_table="r", relations_query="SELECT 1")
-    with pytest.raises(ValueError, match=r"give both data\.source_col and data\.target_col"):
-        DataConfig(source="sql", url=url, entities_table="e", relations_table="r", source_col="a")
-    with pytest.raises(ValueError, match=r"data\.url: not a database URL"):
-        DataConfig(source="sql", url="graph.db", entities_table="e", relations_table="r")
-    with pytest.raises(ValueError, match=r"data\.chunk_rows"):
-        DataConfig(source="sql", url=url, entities_table="e", relations_table="r", chunk_rows=0)
-    cfg = DataConfig(source="sql", url=url, entities_table="e", relations_table="r")
-    assert cfg.params == {"url": url, "password_env": None, "password_file": None, "entities_table": "e",
+    with pytest.raises(ConfigError, match=r"give one of data\.entities_table and data\.entities_query"):
+        data_options(source="sql", url=url, relations_table="r")
+    with pytest.raises(ConfigError, match=r"give one of data\.relations_table and data\.relations_query"):
+        data_options(source="sql", url=url, entities_table="e", relations_table="r", relations_query="SELECT 1")
+    with pytest.raises(ConfigError, match=r"give both data\.source_col and data\.target_col"):
+        data_options(source="sql", url=url, entities_table="e", relations_table="r", source_col="a")
+    with pytest.raises(ConfigError, match=r"data\.url: not a database URL"):
+        data_options(source="sql", url="graph.db", entities_table="e", relations_table="r")
+    with pytest.raises(ConfigError, match=r"data\.chunk_rows"):
+        data_options(source="sql", url=url, entities_table="e", relations_table="r", chunk_rows=0)
+    options = data_options(source="sql", url=url, entities_table="e", relations_table="r")
+    assert options.model_dump() == {"url": url, "password_env": None, "password_file": None, "entities_table": "e",
                           "entities_query": None, "relations_table": "r", "relations_query": None,
                           "source_col": None, "target_col": None, "id_col": "id", "text_col": "text",
                           "label_col": None, "chunk_rows": 65_536, "features_col": None, "feature_cols": None, "features_table": None, "num_features": None, "features_query": None}
@@ -523,8 +538,11 @@ def test_sqlalchemy_is_imported_only_when_used_and_its_absence_is_explained() ->
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     code = ("import sys; sys.modules['sqlalchemy'] = None\n"
+            "from graphveil.contract.host import default_host\n"
+            "from graphveil.data.loaders import check_data_options\n"
             "from graphveil.run.config import DataConfig\n"
-            "DataConfig(source='sql', url='sqlite:///g.db', entities_table='e', relations_table='r')")
+            "check_data_options(DataConfig(source='sql', url='sqlite:///g.db', entities_table='e', "
+            "relations_table='r'), default_host())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode != 0 and "needs SQLAlchemy 2: pip install graphveil[sql]" in out.stderr
 
@@ -644,7 +662,7 @@ def test_a_bad_node_table_in_a_database_is_refused_naming_the_table_row_and_id(
 
 
 def test_a_features_query_must_be_one_select_before_anything_connects() -> None:
-    with pytest.raises(ValueError, match=r"data\.features_query"):
-        DataConfig(source="sql", url="duckdb:///nowhere.duckdb", entities_table="nodes",
-                   relations_table="node_edges", label_col="label",
-                   features_query="DELETE FROM node_features")
+    with pytest.raises(ConfigError, match=r"data\.features_query"):
+        data_options(source="sql", url="duckdb:///nowhere.duckdb", entities_table="nodes",
+                     relations_table="node_edges", label_col="label",
+                     features_query="DELETE FROM node_features")

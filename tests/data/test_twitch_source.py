@@ -21,6 +21,7 @@ from graphveil.data.loaders import load_data
 from graphveil.data.node_graph import NodeGraph
 from graphveil.plugins.standard.sources.twitch import load_twitch
 from graphveil.run.config import DataConfig, load_config
+from graphveil.run.session import TrainingSession
 
 ROOT = REPO
 ENGB = ROOT.parent / "shared" / "data" / "social" / "musae_twitch_ENGB"
@@ -74,7 +75,10 @@ def test_engb_through_the_dp_mlp_example_config() -> None:
         pytest.skip(f"shared MUSAE Twitch ENGB folder {ENGB} absent")
     cfg = load_config(ROOT / "examples" / "dp_mlp_cora.yaml",
                       ["data.source=twitch", f"data.path={ENGB}", "data.name=engb"])
-    assert cfg.data.params == {"path": ENGB, "name": "ENGB", "num_features": None, "preprocess": "dp_gnn"}
+    session = TrainingSession(cfg)
+    session.assemble()
+    assert session.data_options.params.model_dump() == {"path": ENGB, "name": "ENGB", "num_features": None,
+                                                        "preprocess": "dp_gnn"}
     assert cfg.data.split.kind == "random_node"
 
 
@@ -171,12 +175,15 @@ def test_several_languages_need_data_name(tmp_path: Path) -> None:
 def test_config_names_the_bad_option(tmp_path: Path) -> None:
     folder = write_small(tmp_path)
     # the Cora examples say name: cora, planetoid's option: --set data.source=twitch drops it ...
-    cfg = load_config(ROOT / "examples" / "dp_mlp_cora.yaml", ["data.source=twitch", f"data.path={folder}"])
-    assert cfg.data.params["name"] is None
+    session = TrainingSession(load_config(ROOT / "examples" / "dp_mlp_cora.yaml",
+                                          ["data.source=twitch", f"data.path={folder}"]))
+    session.assemble()
+    assert session.data_options.params.name is None
     # ... and cora, which is no Twitch language, is refused before reading when given for twitch
-    with pytest.raises(ConfigError, match=r"data\.name: must be a MUSAE Twitch language code .*got 'cora'"):
-        load_config(ROOT / "examples" / "dp_mlp_cora.yaml",
-                    ["data.source=twitch", f"data.path={folder}", "data.name=cora"])
+    with pytest.raises(ConfigError, match=r"dp_mlp_cora\.yaml: data: data\.name: must be a MUSAE Twitch language "
+                                          r"code .*got 'cora'"):
+        TrainingSession(load_config(ROOT / "examples" / "dp_mlp_cora.yaml",
+                                    ["data.source=twitch", f"data.path={folder}", "data.name=cora"])).assemble()
     host = default_host()
     assert check_source_options(host, "twitch", {"path": folder, "name": "engb"}).name == "ENGB"
     with pytest.raises(ConfigError, match=r"data\.label: not an option of source 'twitch'"):

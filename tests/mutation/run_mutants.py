@@ -656,6 +656,20 @@ MUTANTS: tuple[Mutant, ...] = (
           "    if False:  # MUTANT\n"),),
     ),
     Mutant(
+        "data-options-at-assemble", "the check of the data source's options when the run is assembled (the "
+        "config checks only the shape: a bad data.* option would be found only once the data is read)",
+        (("framework/graphveil/run/session.py",
+          "        self.data_options = assembled_data_options(cfg, self.host, reads_data=self.graph is None)\n",
+          "        self.data_options = None  # MUTANT\n"),),
+    ),
+    Mutant(
+        "sweep-data-before-folder", "a sweep's refusal of a bad data option before its folder opens (graphveil "
+        "sweep would leave an empty .partial folder to resume)",
+        (("framework/graphveil/run/runner.py",
+          "    data_options = assembled_data_options(config, host, reads_data=graph is None)\n",
+          "    data_options = None  # MUTANT\n"),),
+    ),
+    Mutant(
         "gateway-body-limit", "the Fleet gateway's refusal of a declared body over the limit (a 400 MB "
         "unauthenticated POST was read and forwarded)",
         (("connectors/graphveil/connectors/flower/gateway.py",

@@ -9,6 +9,7 @@ import pytest
 
 from graphveil.contract.errors import ConfigError
 from graphveil.run.config import load_config, parse_override
+from graphveil.run.session import TrainingSession
 
 GOOD = """
 name: t
@@ -24,6 +25,13 @@ def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "run.yaml"
     path.write_text(text)
     return path
+
+
+def assembled(path: Path, overrides: list[str]) -> TrainingSession:
+    """The run of ``path`` assembled (nothing read): where the data source's options are checked."""
+    session = TrainingSession(load_config(path, overrides))
+    session.assemble()
+    return session
 
 
 def test_load_and_override(tmp_path: Path) -> None:
@@ -89,11 +97,15 @@ def test_removed_secure_rng_names_the_replacement(tmp_path: Path) -> None:
 def test_data_column_keys_default_to_the_loader_defaults_and_are_checked(tmp_path: Path) -> None:
     data = {"source": "edge_list", "path": "/d/e.csv", "entities": "/d/n.csv"}
     cfg = load_config(write(tmp_path, GOOD), [f"data={data}"])
-    assert (cfg.data.source_col, cfg.data.target_col, cfg.data.id_col, cfg.data.text_col, cfg.data.label_col) == (
+    assert cfg.data.params == {"path": "/d/e.csv", "entities": "/d/n.csv"}  # kept as written: no defaults
+    options = assembled(write(tmp_path, GOOD), [f"data={data}"]).data_options.params
+    assert (options.source_col, options.target_col, options.id_col, options.text_col, options.label_col) == (
         None, None, "id", "text", None)
-    cfg = load_config(write(tmp_path, GOOD), [f"data={data}", "data.source_col=id_1", "data.target_col=id_2",
-                                              "data.id_col=node", "data.text_col=abstract", "data.label_col=kind"])
-    assert (cfg.data.source_col, cfg.data.target_col, cfg.data.id_col, cfg.data.text_col, cfg.data.label_col) == (
+    assert options.path == Path("/d/e.csv")
+    options = assembled(write(tmp_path, GOOD), [
+        f"data={data}", "data.source_col=id_1", "data.target_col=id_2", "data.id_col=node", "data.text_col=abstract",
+        "data.label_col=kind"]).data_options.params
+    assert (options.source_col, options.target_col, options.id_col, options.text_col, options.label_col) == (
         "id_1", "id_2", "node", "abstract", "kind")
     from graphveil.plugins.standard.sources.edge_list import EdgeListOptions
 
@@ -114,29 +126,44 @@ def test_data_column_keys_default_to_the_loader_defaults_and_are_checked(tmp_pat
 )
 def test_data_column_key_errors_name_the_key(tmp_path: Path, overrides: list[str], pattern: str) -> None:
     edge_list = ["data.source=edge_list", "data.path=/d/e.csv", "data.entities=/d/n.csv"]
+    load_config(write(tmp_path, GOOD), edge_list + overrides)  # the config checks only the shape
     with pytest.raises(ConfigError, match=pattern):
-        load_config(write(tmp_path, GOOD), edge_list + overrides)
+        assembled(write(tmp_path, GOOD), edge_list + overrides)
 
 
 def test_data_column_keys_apply_to_table_sources_only(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"data\.id_col applies only to sources 'edge_list', 'parquet', 'sql' \(source is 'citeseer'\)"):
-        load_config(write(tmp_path, GOOD), ["data.id_col=node"])
+        assembled(write(tmp_path, GOOD), ["data.id_col=node"])
     # even edge_list's default value is refused: an option of another source is a mistake
     with pytest.raises(ConfigError, match=r"data\.id_col applies only to sources 'edge_list', 'parquet', 'sql'"):
-        load_config(write(tmp_path, GOOD), ["data.id_col=id"])
+        assembled(write(tmp_path, GOOD), ["data.id_col=id"])
+
+
+def test_graphveil_run_refuses_a_bad_data_option_naming_file_and_key_and_writes_nothing(tmp_path: Path, monkeypatch,
+                                                                                      capsys) -> None:
+    from graphveil.apps.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    cfg = write(tmp_path, GOOD)
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["run", str(cfg), "--set", "data.id_col=node", "--output", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{cfg}: data: data.id_col applies only to sources 'edge_list', 'parquet', 'sql' "
+                        "(source is 'citeseer')") and len(err.splitlines()) == 1
+    assert sorted(tmp_path.rglob("*")) == before  # no out, no out.partial, no runs/
 
 
 def test_set_data_source_to_another_source_drops_the_files_source_options(tmp_path: Path) -> None:
     text = GOOD + "data: {source: planetoid, name: cora, split: {kind: random_node, seed: 3}, max_entities: 50}\n"
     cfg = load_config(write(tmp_path, text), ["data.source=pyg", "data.path=g.pt"])
-    assert cfg.data.source == "pyg" and cfg.data.params == {"path": Path("g.pt")}
+    assert cfg.data.source == "pyg" and cfg.data.params == {"path": "g.pt"}
     assert cfg.data.split.kind == "random_node" and cfg.data.split.seed == 3 and cfg.data.max_entities == 50
     # the same source keeps the file's options, and an option given with --set stays whatever its place
     assert load_config(write(tmp_path, text), ["data.source=planetoid"]).data.params["name"] == "cora"
     cfg = load_config(write(tmp_path, text), ["data.path=g.pt", "data.source=pyg"])
-    assert cfg.data.params == {"path": Path("g.pt")}
-    with pytest.raises(ConfigError, match=r"data\.name applies only to sources 'planetoid', 'twitch'"):
-        load_config(write(tmp_path, text), ["data.source=pyg", "data.path=g.pt", "data.name=cora"])
+    assert cfg.data.params == {"path": "g.pt"}
+    with pytest.raises(ConfigError, match=r"run\.yaml: data: data\.name applies only to sources 'planetoid', 'twitch'"):
+        assembled(write(tmp_path, text), ["data.source=pyg", "data.path=g.pt", "data.name=cora"])
 
 
 @pytest.mark.parametrize("name", ["../../../x", "a/b", "a\\b", "..", ".hidden", "x\x00y", "line\nbreak", "",

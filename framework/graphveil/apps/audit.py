@@ -360,9 +360,7 @@ def run_audit(config: RunConfig, *, canaries: int = DEFAULT_CANARIES, degree: in
     unit = _unit_of(session)
     degree = default_degree(config, unit) if degree is None else degree
     if graph is None:
-        from graphveil.data import load_data
-
-        graph = load_data(config.data, host)
+        graph = session.load_data()  # with the data options the assembly validated
     if hasattr(graph, "to_relational"):  # a feature graph (planetoid, twitch): its relations, as the task reads them
         graph = graph.to_relational()
     if not isinstance(graph, RelationalGraph):
@@ -387,7 +385,7 @@ def run_audit(config: RunConfig, *, canaries: int = DEFAULT_CANARIES, degree: in
             **planted.notes, **verdict,
             "scores": [float(s) for s in scores], "membership": [bool(x) for x in planted.included],
         }
-        out.write_yaml("config.resolved.yaml", config.model_dump(mode="json"))
+        out.write_yaml("config.resolved.yaml", session.resolved_config())
         out.write_json("privacy.json", privacy)
         out.write_json("audit.json", result)
         run_dir = out.commit()

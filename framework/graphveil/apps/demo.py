@@ -201,10 +201,13 @@ def demo_configs(quick: bool = False, root: Path | None = None, progress: bool =
 
 
 def check_components(cfg: RunConfig, where: str) -> None:
-    """Validate each component section's options against its plugin (nothing is built)."""
+    """Validate each component section's options, and the data source's, against its plugin
+    (nothing is built or read)."""
     from graphveil.contract.host import default_host
+    from graphveil.data.loaders import check_data_options
 
     host = default_host()
+    check_data_options(cfg.data, host, where=where)
     sections = [("sampler", cfg.sampler), ("clipper", cfg.clipper), ("accountant", cfg.accountant),
                 ("task", cfg.task), ("encoder", cfg.network)]
     for family, section in sections:

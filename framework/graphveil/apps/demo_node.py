@@ -214,8 +214,9 @@ def node_demo_configs(quick: bool = False, root: Path | None = None, progress: b
         if overrides:  # a bad component option is refused now, not after the rows before it ran
             try:
                 TrainingSession(cfg, host=host).assemble()
-            except ConfigError as exc:
-                raise ConfigError(f"{where}: {exc}") from exc
+            except ConfigError as exc:  # a data option's message names the row already (its origin)
+                message = str(exc) if str(exc).startswith(f"{where}: ") else f"{where}: {exc}"
+                raise ConfigError(message) from exc
         out.append((row.label, cfg, "quick: 1 epoch per stage" if quick else changes_text(row.changes, bench)))
     unused = [text for text, count in reached.items() if count == 0]
     if unused:

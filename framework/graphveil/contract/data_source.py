@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ValidationError
 
 from graphveil.contract.errors import ConfigError
-from graphveil.contract.options import NoParams
+from graphveil.contract.options import NoParams, format_validation_error
 
 #: Keys of the ``data`` section that are not a source's options.
 COMMON_KEYS = ("source", "split", "max_entities")
@@ -66,10 +66,6 @@ def check_source_options(host: Any, name: str, options: Mapping[str, Any], *,
 
 def _option_error(exc: ValidationError, name: str, model: type[BaseModel], infos: list[Any],
                   section: str = "data") -> str:
-    from graphveil.contract.options import (
-        format_validation_error,  # config validates through this module
-    )
-
     first = exc.errors()[0]
     loc = first["loc"]
     if not loc:  # a model validator: its message names the keys

@@ -1,9 +1,10 @@
 """Run configuration: pydantic models, YAML in, ``--set a.b=value`` overrides.
 
-Component sections (sampler, clipper, accountant, encoder) hold a ``name`` plus that
-component's own options; the options are validated against the component's ``Params`` model
-when the run is assembled, still before any data is read. Every error names the file, the
-field and the bad value.
+Component sections (sampler, clipper, accountant, encoder, ...) hold a ``name`` plus that
+component's own options, the data section a ``source`` plus that source's options. A config
+checks only their shape: the options are validated once, against the component's ``Params``
+model, by the run's own plugin host when the run is assembled, still before any data is read
+(this module imports no host). Every error names the file, the field and the bad value.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -112,19 +114,15 @@ class SplitConfig(_Strict):
         return self
 
 
-#: set while the installed plugins load (a plugin may validate a config as it is imported)
-_LOADING_PLUGINS = False
-
-
 class DataConfig(BaseModel):
     """``{source: <data source>, <option>: <value>, ..., split: {...}, max_entities: N}``
 
-    The source's own options sit next to ``source`` (like a component section's). They are
-    checked here against the installed sources (so an error names the file) and again, with the
-    run's own host, when the run is assembled
-    (:func:`graphveil.data.loaders.resolve_data_options`), before any data is read. Once
-    resolved, the extra keys hold the source's full option set, typed and with defaults filled
-    in (``cfg.data.path`` is a ``Path``; the resolved config shows every option).
+    The source's own options sit next to ``source`` (like a component section's) and are kept as
+    written: the config checks only the section's shape. They are validated once, against the
+    source's ``Params`` with the run's own host, when the run is assembled
+    (:func:`graphveil.data.loaders.check_data_options`), before any data is read; the typed option
+    set, defaults filled in, is the session's ``data_options`` (and ``config.resolved.yaml``
+    shows it).
     """
 
     # A refused option (a database URL holding a password) is never echoed by pydantic's own text.
@@ -146,30 +144,6 @@ class DataConfig(BaseModel):
     def params(self) -> dict[str, Any]:
         """The source's options (every key but source, split, max_entities and classes)."""
         return dict(self.model_extra or {})
-
-    @model_validator(mode="after")
-    def _installed_source_options(self) -> DataConfig:
-        """The options of a source the installed plugins provide, checked and typed here, so a bad
-        ``data.*`` option names the config file; a source only the run's own host registers is
-        checked when the run is assembled (which checks every source again, with that host)."""
-        from graphveil.contract.data_source import check_source_options
-        from graphveil.contract.host import default_host
-
-        global _LOADING_PLUGINS
-        if _LOADING_PLUGINS:  # a plugin validating a config while the installed plugins load
-            return self
-        _LOADING_PLUGINS = True
-        try:
-            host = default_host()
-        finally:
-            _LOADING_PLUGINS = False
-        if self.source in {c.name for c in host.components("data_source")}:
-            try:
-                options = check_source_options(host, self.source, self.params)
-            except ConfigError as exc:
-                raise ValueError(str(exc)) from exc
-            object.__setattr__(self, "__pydantic_extra__", options.model_dump(by_alias=True))
-        return self
 
 
 class TrainingConfig(_Strict):
@@ -398,6 +372,18 @@ class RunConfig(_Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     sweep: SweepConfig | None = Field(None, description=(
         "Run the config once per (target ε, seed) and print mean ± 95 % CI per ε."))
+    # where the config came from (its file): messages of the checks at assemble name it too
+    _origin: str = PrivateAttr(default="<config>")
+
+    @property
+    def origin(self) -> str:
+        """The file (or other origin) the config was read from, as its errors name it."""
+        return self._origin
+
+    def from_origin(self, origin: str) -> RunConfig:
+        """This config, its errors naming ``origin`` (e.g. the file a sweep cell comes from)."""
+        self._origin = origin
+        return self
 
     @field_validator("name")
     @classmethod
@@ -463,8 +449,10 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 
 def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
+    """``raw`` validated (its shape); ``source`` names it in every error, those of the checks at
+    assemble included (:attr:`RunConfig.origin`)."""
     try:
-        return RunConfig.model_validate(raw)
+        return RunConfig.model_validate(raw).from_origin(source)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(source, exc)) from exc
 

@@ -15,10 +15,11 @@ import yaml
 
 from graphveil.contract.errors import ConfigError
 from graphveil.contract.host import PluginHost, default_host, read_only
+from graphveil.data.loaders import DataOptions
 from graphveil.run.config import RunConfig, config_from_dict
 from graphveil.run.outputs import RunDirectory, dumps, format_table
 from graphveil.run.records_store import RecordsStore
-from graphveil.run.session import TrainingSession
+from graphveil.run.session import TrainingSession, assembled_data_options, resolved_config
 
 TAIL_COLUMNS = [
     ("epsilon", "ε spent", ".3f"), ("noise_multiplier", "σ", ".3f"), ("steps", "steps", "d"),
@@ -48,8 +49,10 @@ def run_training(config: RunConfig, *, host: PluginHost | None = None,
                  records_store: RecordsStore | None = None) -> dict[str, Any]:
     """Assemble (refusing mismatches before any data is read), prepare, train, evaluate, save.
 
-    ``config.resolved.yaml`` holds the validated config: the sampling seed only if the user
-    fixed one, a noise seed only if the user set ``privacy.research_noise_seed`` (recorded in
+    ``config.resolved.yaml`` holds the validated config (the data source's full option set as
+    the assembly validated it, :func:`~graphveil.run.session.resolved_config`): the sampling
+    seed only if the user fixed one, a noise seed only if the user set
+    ``privacy.research_noise_seed`` (recorded in
     ``privacy.json`` too); CSPRNG noise has no seed to write. ``records_store`` keeps the
     degree-capped Ē across runs on the same graph (see :class:`TrainingSession`).
 
@@ -63,7 +66,7 @@ def run_training(config: RunConfig, *, host: PluginHost | None = None,
     session.prepare()
     out = RunDirectory(config.output.dir or RunDirectory.default_for(config.name))
     try:
-        out.write_yaml("config.resolved.yaml", config.model_dump(mode="json"))
+        out.write_yaml("config.resolved.yaml", session.resolved_config())
         train = session.train(on_step=lambda _s, m: out.log_metrics(m))
         evaluation = session.evaluate()
         report = session.privacy_report()
@@ -137,7 +140,8 @@ def sweep_cell(config: RunConfig, target_epsilon: float | None, seed: int, out_d
     label = "nonprivate" if target_epsilon is None else f"eps{target_epsilon:g}"
     raw["name"] = f"{config.name}-{label}-seed{seed}"
     raw["output"]["dir"] = str(out_dir / label / f"seed{seed}")
-    return config_from_dict(raw, f"{config.name} sweep cell ({label}, seed {seed})")
+    # the cell's data options are checked at its assemble: their errors name the sweep's file
+    return config_from_dict(raw, f"{config.name} sweep cell ({label}, seed {seed})").from_origin(config.origin)
 
 
 def run_sweep(config: RunConfig, *, host: PluginHost | None = None, graph: Any = None,
@@ -157,6 +161,9 @@ def run_sweep(config: RunConfig, *, host: PluginHost | None = None, graph: Any =
     if config.sweep is None:
         raise ValueError("config has no sweep section")
     host = host or default_host()
+    # every cell has this data section (its split key aside): a bad option is refused before the
+    # sweep folder opens (each cell's run checks its own again when it is assembled)
+    data_options = assembled_data_options(config, host, reads_data=graph is None)
     final = Path(config.output.dir or RunDirectory.default_for(config.name))
     out = RunDirectory(final, resume=resume)
     columns, cells = None, []
@@ -166,7 +173,7 @@ def run_sweep(config: RunConfig, *, host: PluginHost | None = None, graph: Any =
         for eps in config.sweep.target_epsilon:
             for seed in config.sweep.seeds:
                 cell = sweep_cell(config, eps, seed, out.path, host)
-                row = completed_cell(cell) if resume else None
+                row = completed_cell(cell, data_options) if resume else None
                 if row is None:
                     result = run_training(cell, host=host, graph=graph)
                     columns = columns or result_columns(result["session"])
@@ -195,8 +202,12 @@ def run_sweep(config: RunConfig, *, host: PluginHost | None = None, graph: Any =
     return {"run_dir": run_dir, "rows": rows, "table": table}
 
 
-def completed_cell(cell: RunConfig) -> dict[str, Any] | None:
+def completed_cell(cell: RunConfig, data_options: DataOptions | None = None) -> dict[str, Any] | None:
     """The result row of the sweep cell ``cell`` if its run directory is complete, else None.
+
+    ``data_options``: the sweep's data options as its runs' assembly validates them
+    (:func:`~graphveil.run.session.assembled_data_options`; the run directory's resolved config
+    holds them in full).
 
     :raises ConfigError: if that directory holds a run of another config (the sweep changed).
     """
@@ -206,7 +217,9 @@ def completed_cell(cell: RunConfig) -> dict[str, Any] | None:
     # the output section (folder, progress bar) says where and how, not what was run
     saved = yaml.safe_load((run_dir / "config.resolved.yaml").read_text(encoding="utf-8"))
     saved.pop("output", None)
-    wanted = json.loads(dumps(cell.model_dump(mode="json", exclude={"output"})))
+    wanted = resolved_config(cell, data_options)
+    wanted.pop("output", None)
+    wanted = json.loads(dumps(wanted))
     if saved != wanted:
         changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
         raise ConfigError(f"sweep cell {run_dir} was run with another config (differs in: {', '.join(changed)}); "

@@ -34,8 +34,9 @@ from graphveil.contract.sampler import Sampler
 from graphveil.contract.task import Task
 from graphveil.contract.units import PrivacyUnit
 from graphveil.data import RelationalGraph
+from graphveil.data.loaders import DataOptions, check_data_options
 from graphveil.privacy.delta import DEFAULT_DELTA_RULE, default_delta, delta_warning
-from graphveil.run.config import RunConfig
+from graphveil.run.config import DataConfig, RunConfig
 from graphveil.run.records_store import RecordsStore, records_key
 
 if TYPE_CHECKING:
@@ -87,6 +88,9 @@ class TrainingSession:
         self.accountant: Accountant | None = None
         self.encoder: Model | None = None  # the trained model (an Encoder for the relational task)
         self.task: Task | None = None
+        #: the data section's source options as :meth:`assemble` validated them (None before, or
+        #: for a given graph whose source the host does not register): what reads an option reads it here
+        self.data_options: DataOptions | None = None
         self.unit: PrivacyUnit | None = None
         self.noise_multiplier: float = 0.0
         self.delta: float = 0.0
@@ -107,12 +111,15 @@ class TrainingSession:
 
     # ------------------------------------------------------------------ assemble (no data)
     def assemble(self) -> None:
-        """Build every component from the config and refuse mismatched pieces before data is read."""
-        cfg = self.config
-        from graphveil.data.loaders import resolve_data_options
+        """Build every component from the config and refuse mismatched pieces before data is read.
 
-        if self.graph is None:  # the run reads its data section: checked with the run's own host
-            resolve_data_options(cfg.data, self.host)
+        Every option is validated here, once, by the run's host: the components' and the data
+        source's, kept as :attr:`data_options`; an error names the config's file and key
+        (``run.yaml: data: data.id_col: ...``). A session given its graph reads no data section:
+        its options are still checked (``config.resolved.yaml`` records them) if the host
+        registers its source, and left as written otherwise (a test host without the built-ins)."""
+        cfg = self.config
+        self.data_options = assembled_data_options(cfg, self.host, reads_data=self.graph is None)
         self.sampler = self.host.create("sampler", cfg.sampler.name, cfg.sampler.params, where="sampler")
         self.clipper = self.host.create("clipper", cfg.clipper.name, cfg.clipper.params, where="clipper")
         self.accountant = self.host.create(
@@ -153,6 +160,21 @@ class TrainingSession:
             check_units([("the run", self.unit)] + [(f"mechanism {r.name!r}", r.mechanism.unit)
                                                     for r in plan.releases])
 
+    def load_data(self) -> Any:
+        """The dataset of the config's data section, read with the options :meth:`assemble`
+        validated (assembling first if needed); see :func:`graphveil.data.load_data`."""
+        from graphveil.data import load_data
+
+        if self.sampler is None:
+            self.assemble()
+        if self.data_options is None:  # given a graph of a source the host lacks: refused by name here
+            self.data_options = check_data_options(self.config.data, self.host, where=self.config.origin)
+        return load_data(self.config.data, self.host, options=self.data_options)
+
+    def resolved_config(self) -> dict[str, Any]:
+        """``config.resolved.yaml``: see :func:`resolved_config`."""
+        return resolved_config(self.config, self.data_options)
+
     @property
     def trains_privately(self) -> bool:
         """The plan trains with DP-SGD: a private run whose Train stage is not ``private=False``."""
@@ -191,9 +213,7 @@ class TrainingSession:
             self.assemble()
         cfg = self.config
         if self.graph is None:
-            from graphveil.data import load_data
-
-            self.graph = load_data(cfg.data, self.host)
+            self.graph = self.load_data()
         self.task.setup(self.graph, cfg.data.split)
         self.bind_accounting()
         if cfg.privacy.enabled:
@@ -631,6 +651,35 @@ class TrainingSession:
             claim = f"{unit.value} DP w.r.t. the training side of the keyed split"
         return {"claim": claim, **self.task.scope(), "records": profile.num_records,
                 "records_persisted": self.records_key is not None}
+
+
+def assembled_data_options(config: RunConfig, host: PluginHost, *, reads_data: bool) -> DataOptions | None:
+    """The data options the assembly of a run of ``config`` validates with ``host``: all of them
+    when the run reads its data section; for a run given its graph, those of a source ``host``
+    registers, and None for another (a test host without the built-ins).
+
+    :raises ConfigError: naming the config's file and the ``data.*`` key.
+    """
+    if reads_data or config.data.source in {c.name for c in host.components("data_source")}:
+        return check_data_options(config.data, host, where=config.origin)
+    return None
+
+
+def resolved_config(config: RunConfig, data_options: DataOptions | None) -> dict[str, Any]:
+    """``config`` in JSON types, as a run directory's ``config.resolved.yaml`` holds it: the data
+    section (and graph B's) with the source's full option set as the assembly validated it
+    (``data_options``: typed, defaults filled in) in place of the options as written."""
+    raw = config.model_dump(mode="json")
+    if data_options is not None:
+        raw["data"] = _resolved_section(raw["data"], data_options)
+        if data_options.eval_data is not None:
+            split = raw["data"]["split"]
+            split["eval_data"] = _resolved_section(split["eval_data"], data_options.eval_data)
+    return raw
+
+
+def _resolved_section(section: dict[str, Any], options: DataOptions) -> dict[str, Any]:
+    return {**{k: v for k, v in section.items() if k in DataConfig.model_fields}, **options.resolved()}
 
 
 def _progress(total: int, enabled: bool, desc: str) -> Any:

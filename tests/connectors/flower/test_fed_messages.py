@@ -74,7 +74,7 @@ def test_trained_reply_carries_only_the_adapter_and_scalars(tmp_path: Path) -> N
     # keeps its records in the site's ledger
     (session,) = FakeSession.instances
     assert isinstance(session.records_store, PrivacyLedger)
-    assert Path(session.config.data.path) == Path(ctx.node_config["data-path"])  # typed at assemble
+    assert Path(session.config.data.params["path"]) == Path(ctx.node_config["data-path"])
     assert session.config.training.steps == 2 * 3  # rounds × local steps (σ calibration horizon)
 
 

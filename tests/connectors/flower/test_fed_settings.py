@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -22,8 +23,11 @@ from graphveil.connectors.flower.settings import (
     site_run_config,
 )
 from graphveil.contract.errors import ConfigError
+from graphveil.contract.host import default_host
 from graphveil.data import RelationalGraph
+from graphveil.data.loaders import check_data_options
 from graphveil.plugins.standard.sources.edge_list import load_edge_list
+from graphveil.run.config import RunConfig
 
 APP = REPO / "connectors" / "graphveil" / "connectors" / "flower" / "app"
 
@@ -93,12 +97,17 @@ def test_site_run_config_layers_task_site_yaml_and_node_config(tmp_path: Path) -
                                      "privacy": {"delta": 0.5}}))
     fed = FederationSettings.from_run_config(RUN_CONFIG)
     cfg = site_run_config(fed, site(tmp_path, **{"site-config": str(extra), "delta": 1e-6, "threads": 1}), seed=42)
-    assert cfg.data.source == "edge_list" and cfg.data.path == tmp_path / "e.tsv"
+    assert cfg.data.source == "edge_list" and Path(cfg.data.params["path"]) == tmp_path / "e.tsv"
     assert cfg.data.split.train_fraction == 0.6
     assert cfg.sampler.params == {"batch_size": 16, "min_records": SITE_POLICY["min-records"]}
     assert cfg.privacy.delta == 1e-6  # the node config has the last word on δ
     assert cfg.seed == 42 and cfg.training.steps == 6 and cfg.threads == 1 and cfg.name == "bank-a"
     assert cfg.output.progress is False
+
+
+def site_data_options(cfg: RunConfig) -> Any:
+    """The site run config's data options as the site's session validates them when it assembles."""
+    return check_data_options(cfg.data, default_host(), where=cfg.origin).params
 
 
 def test_site_column_keys_round_trip_into_the_site_run_config(tmp_path: Path) -> None:
@@ -108,15 +117,16 @@ def test_site_column_keys_round_trip_into_the_site_run_config(tmp_path: Path) ->
     assert s.data_section() == {"source": "edge_list", "path": str(tmp_path / "e.tsv"),
                                 "entities": str(tmp_path / "n.jsonl"), "source_col": "id_1", "target_col": "id_2",
                                 "id_col": "node", "text_col": "abstract"}
-    cfg = site_run_config(fed, s, seed=1)
-    assert (cfg.data.source_col, cfg.data.target_col, cfg.data.id_col, cfg.data.text_col) == ("id_1", "id_2", "node", "abstract")
+    options = site_data_options(site_run_config(fed, s, seed=1))
+    assert (options.source_col, options.target_col, options.id_col, options.text_col) == ("id_1", "id_2", "node", "abstract")
     # unset keys leave the loader's defaults, or what the site's own site-config YAML says
     assert site(tmp_path).data_section() == {"source": "edge_list", "path": str(tmp_path / "e.tsv"),
                                              "entities": str(tmp_path / "n.jsonl")}
     extra = tmp_path / "site.yaml"
     extra.write_text(yaml.safe_dump({"data": {"text_col": "body"}}))
-    cfg = site_run_config(fed, site(tmp_path, **{"site-config": str(extra), "data-id-col": "node"}), seed=1)
-    assert (cfg.data.source_col, cfg.data.id_col, cfg.data.text_col) == (None, "node", "body")
+    options = site_data_options(site_run_config(fed, site(tmp_path, **{"site-config": str(extra), "data-id-col": "node"}),
+                                                seed=1))
+    assert (options.source_col, options.id_col, options.text_col) == (None, "node", "body")
     # the same keys from a TOML node config, and the graph they describe loads
     (tmp_path / "e.tsv").write_text("id_1\tid_2\nx\ty\n")
     (tmp_path / "n.jsonl").write_text('{"node": "x", "abstract": "one"}\n{"node": "y", "abstract": "two"}\n')

@@ -108,10 +108,10 @@ def _site_graph(session: Any) -> Any:
     with ``x`` and ``y``, as the data sources read it before node-graph loading landed) is taken
     as the node graph it is; once the source gives a :class:`~graphveil.data.NodeGraph` itself,
     this changes nothing."""
-    from graphveil.data import NodeGraph, RelationalGraph, load_data
+    from graphveil.data import NodeGraph, RelationalGraph
 
     cfg = session.config
-    graph = load_data(cfg.data, session.host)
+    graph = session.load_data()  # with the data options the session's assembly validated
     family = getattr(session.host.get("task", cfg.task.name).factory, "model_family", None)
     if family != "model" or not isinstance(graph, RelationalGraph) or isinstance(graph, NodeGraph):
         return graph
