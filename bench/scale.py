@@ -149,7 +149,6 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from graphveil.contract.host import default_host
-    from graphveil.data import load_data
     from graphveil.run.config import config_from_dict
     from graphveil.run.session import TrainingSession
 
@@ -160,7 +159,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     session.assemble()
     before = _status_mb("VmRSS")
     stages = Stages()
-    session.graph = stages.run("load", load_data, cfg.data, host)
+    session.graph = stages.run("load", session.load_data)
     stages.wrap(session.task, "setup", "split")
     stages.wrap(session.sampler, "prepare", "sampler")
     stages.wrap(session.accountant, "calibrate", "calibrate")
