@@ -12,9 +12,11 @@ all of them alike:
 * ``2 procs × 1 thread``: torchrun's default (``OMP_NUM_THREADS=1``), each rank differentiates
   half of every logical batch, one all-reduce of the clipped sums per step.
 
-The speed-up is the median steps/s of the two-process row over each one-process row. The load
-average (1 min) before and after the run is printed beside: on a shared machine the numbers move
-with it.
+The speed-up is the median steps/s of the two-process row over each one-process row; the CPU
+seconds per step (summed over the processes) say what the split costs in work. The load average
+(1 min) before and after the run is printed beside: on a machine loaded by other jobs the
+scheduler gives each runnable thread a share, so two processes may get more than one process's
+share of the cores and the wall-clock speed-up overstates what an idle machine would show.
 
     python bench/ddp_speed.py [--steps 8] [--warmup 2] [--repeat 3] [--batch 32] [--model minilm]
 """
@@ -73,27 +75,29 @@ def _worker(rank: int, world: int, threads: int, init_file: str, out: str, raw: 
         session.train(warmup)
         if group is not None:
             dist.barrier()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         session.train(steps)
+        cpu = time.process_time() - cpu  # this rank's CPU time in the steps (all its threads)
         if group is not None:
             dist.barrier()
         seconds = time.perf_counter() - start
-        if rank == 0:
-            Path(out).write_text(json.dumps({"seconds": seconds, "tuples": session.tuples_used}))
+        Path(f"{out}.{rank}").write_text(json.dumps({"seconds": seconds, "cpu": cpu}))
     finally:
         if group is not None:
             group.close()
 
 
-def measure(world: int, threads: int, raw: dict[str, Any], warmup: int, steps: int) -> float:
-    """Steps per second of one fresh run of ``world`` processes with ``threads`` threads each."""
+def measure(world: int, threads: int, raw: dict[str, Any], warmup: int, steps: int) -> tuple[float, float]:
+    """Steps per second (wall clock) of one fresh run of ``world`` processes with ``threads``
+    threads each, and the CPU seconds per step summed over its processes."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         mp.spawn(_worker, args=(world, threads, str(Path(tmp) / "rendezvous"), str(out), raw, warmup, steps),
                  nprocs=world, join=True)
-        return steps / json.loads(out.read_text())["seconds"]
+        ranks = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(world)]
+        return steps / ranks[0]["seconds"], sum(r["cpu"] for r in ranks) / steps
 
 
 def main() -> None:
@@ -110,21 +114,26 @@ def main() -> None:
     raw = run_config(args.batch, args.model)
     load_before = os.getloadavg()[0]
     rates: dict[str, list[float]] = {name: [] for name, _, _ in ROWS}
+    cpu: dict[str, list[float]] = {name: [] for name, _, _ in ROWS}
     for _ in range(args.repeat):
         for name, world, threads in ROWS:
-            rates[name].append(measure(world, threads, raw, args.warmup, args.steps))
+            rate, seconds = measure(world, threads, raw, args.warmup, args.steps)
+            rates[name].append(rate)
+            cpu[name].append(seconds)
     load_after = os.getloadavg()[0]
     two = statistics.median(rates[ROWS[2][0]])
     print(f"relational DP-SGD, hf_lora {args.model}, batch {args.batch} (+4 negatives each), "
           f"{args.steps} timed steps after {args.warmup}, {args.repeat} interleaved repeats")
-    print(f"{'row':<20} {'steps/s (median)':>17} {'all runs':>28} {'2 procs speed-up':>17}")
+    print(f"{'row':<20} {'steps/s (median)':>17} {'all runs':>22} {'2 procs speed-up':>17} "
+          f"{'CPU s/step (median)':>20}")
     for name, _, _ in ROWS:
         median = statistics.median(rates[name])
         runs = " ".join(f"{r:.2f}" for r in rates[name])
-        print(f"{name:<20} {median:>17.2f} {runs:>28} {two / median:>16.2f}×")
+        print(f"{name:<20} {median:>17.2f} {runs:>22} {two / median:>16.2f}× {statistics.median(cpu[name]):>20.2f}")
     print(f"load average (1 min): {load_before:.2f} before, {load_after:.2f} after; {os.cpu_count()} cores")
     if args.json:
-        print(json.dumps({"rates": rates, "load": [load_before, load_after], "args": vars(args)}))
+        print(json.dumps({"rates": rates, "cpu_per_step": cpu, "load": [load_before, load_after],
+                          "args": vars(args)}))
 
 
 if __name__ == "__main__":
