@@ -92,6 +92,34 @@ MUTANTS: tuple[Mutant, ...] = (
           "            pass  # MUTANT: noise removed\n"),),
     ),
     Mutant(
+        "ddp-noise-every-rank", "noise drawn on rank 0 only in data-parallel DP steps (every rank adds it: "
+        "W times the variance)",
+        (("framework/graphveil/engine/dp_step.py",
+          "    if group is None or group.rank == 0:\n        if noise is None:\n",
+          "    if True:  # MUTANT: noise on every rank\n        if noise is None:\n"),
+         ("framework/graphveil/run/session.py",
+          "        if cfg.privacy.enabled and self.writes:  # data parallel: rank 0 alone draws the noise\n",
+          "        if cfg.privacy.enabled:  # MUTANT: a noise source on every rank\n")),
+    ),
+    Mutant(
+        "ddp-no-allreduce", "the all-reduce of the ranks' clipped sums (each rank steps on its shard alone)",
+        (("framework/graphveil/engine/dp_step.py",
+          "        group.sum_(grads)\n",
+          "        pass  # MUTANT: no all-reduce\n"),),
+    ),
+    Mutant(
+        "ddp-seed-broadcast", "rank 0's sampling seed sent to every rank (each keeps its own fresh draw)",
+        (("framework/graphveil/engine/data_parallel.py",
+          "        dist.broadcast(seed, src=0)\n",
+          "        pass  # MUTANT: seed not broadcast\n"),),
+    ),
+    Mutant(
+        "ddp-weights-broadcast", "rank 0's initial weights sent to every rank",
+        (("framework/graphveil/engine/data_parallel.py",
+          "                dist.broadcast(buffer, src=0)\n",
+          "                pass  # MUTANT: weights not broadcast\n"),),
+    ),
+    Mutant(
         "freq-kappa", "FREQ-CLIP's κ (κ = 1, paper 1's Alg. 1 as published)",
         (("plugins/graphveil/plugins/entity_dp/clipping.py",
           "        self._kappa = 1.0 / sensitivity_bound(sampling.degree_cap, sampling.k_neg)\n",

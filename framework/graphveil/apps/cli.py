@@ -13,9 +13,13 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from graphveil.contract.errors import GraphVeilError, PluginError
+from graphveil.contract.errors import ConfigError, GraphVeilError, PluginError
 from graphveil.contract.host import FAMILIES, PluginHost, default_host
+
+if TYPE_CHECKING:
+    from graphveil.run.config import RunConfig
 
 EXIT_USAGE = 2
 
@@ -51,14 +55,29 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """One run, or with a ``sweep`` section one run per (target ε, seed) and a summary table."""
+    """One run, or with a ``sweep`` section one run per (target ε, seed) and a summary table.
+
+    ``--nproc N`` (N > 1) checks the run can be split and re-executes this command through
+    torchrun (:func:`_launch`); a process that torchrun started (``WORLD_SIZE`` > 1) joins the
+    group and runs its rank (:func:`_run_rank`).
+    """
+    from graphveil.engine.data_parallel import world_size_from_env
     from graphveil.run.config import load_config
 
+    if args.nproc is not None and args.nproc < 1:
+        raise ConfigError(f"--nproc {args.nproc}: the number of processes must be >= 1")
     config = load_config(args.config, args.set)
     if args.output:
         config.output.dir = Path(args.output)
     if args.no_progress:
         config.output.progress = False
+    if world_size_from_env() > 1:
+        if args.nproc is not None:
+            raise ConfigError(f"--nproc {args.nproc}: this process was already started by torchrun "
+                              f"(WORLD_SIZE={world_size_from_env()}); give the process count to one of them")
+        return _run_rank(config)
+    if args.nproc is not None and args.nproc > 1:
+        return _launch(args, config)
     if config.sweep is not None:
         from graphveil.run.runner import run_sweep
 
@@ -71,6 +90,60 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = run_training(config, host=default_host())
     print(result["table"])
     print(f"run directory: {result['run_dir']}")
+    return 0
+
+
+def _launch(args: argparse.Namespace, config: RunConfig) -> int:
+    """Refuse a run that cannot be split (before any data is read or anything written), then run
+    ``args.nproc`` ranks of this command under ``torch.distributed.run`` (gloo on CPU, NCCL on
+    CUDA); rank 0 writes the run directory, which is removed again if any rank fails."""
+    import subprocess
+
+    from graphveil.run.outputs import RunDirectory
+    from graphveil.run.session import TrainingSession
+
+    if config.sweep is not None:
+        raise ConfigError(f"--nproc {args.nproc}: a sweep runs its cells one by one; run each cell with --nproc")
+    session = TrainingSession(config, host=default_host())
+    session.assemble()
+    session.check_data_parallel(args.nproc)
+    final = Path(config.output.dir or RunDirectory.default_for(config.name))
+    if final.exists():
+        raise ConfigError(f"output directory {final} already exists; choose another output.dir")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
+               "-m", "graphveil.apps.cli", *(["--verbose"] if args.verbose else []), "run", str(args.config),
+               *(f"--set={item}" for item in args.set), "--output", str(final),
+               *(["--no-progress"] if not config.output.progress else [])]
+    code = subprocess.run(command, check=False).returncode
+    if code != 0:
+        import shutil
+
+        shutil.rmtree(RunDirectory.staging_path(final), ignore_errors=True)  # a rank stopped by a signal
+        print(f"graphveil: error: the {args.nproc} processes of the run failed (torchrun exit code {code}); "
+              "the failing rank's message is above", file=sys.stderr)
+    return code
+
+
+def _run_rank(config: RunConfig) -> int:
+    """One rank of a torchrun group: join it, train its shards; rank 0 prints and writes."""
+    import signal
+
+    from graphveil.engine.data_parallel import DataParallel
+    from graphveil.run.runner import run_training
+
+    if config.sweep is not None:
+        raise ConfigError("a sweep under torchrun: a sweep runs its cells one by one; run each cell with --nproc")
+    # torchrun stops the other ranks with SIGTERM when one fails: unwind, so rank 0 removes its
+    # partial run directory
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    group = DataParallel.from_env()
+    try:
+        result = run_training(config, host=default_host(), data_parallel=group)
+    finally:
+        group.close()
+    if result is not None:
+        print(result["table"])
+        print(f"run directory: {result['run_dir']} ({group.world_size} processes)")
     return 0
 
 
@@ -112,6 +185,10 @@ def build_parser(host: PluginHost | None = None) -> argparse.ArgumentParser:
                    help="override a config field, e.g. --set sampler.batch_size=128 (repeatable)")
     p.add_argument("--output", help="run directory (default: runs/<name>-<timestamp>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="split each DP-SGD step across N processes on this machine (torchrun; gloo on "
+                        "CPU, NCCL with one GPU per process): one sampling draw, one noise draw on "
+                        "rank 0, the same ε; relational DP-SGD runs only")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="compare private and non-private methods on bundled data or your own graph")

@@ -92,6 +92,9 @@ class Task(ABC):
     model_family: ClassVar[str] = "model"
     metrics: tuple[MetricColumn, ...] = ()
     protocols: ClassVar[frozenset[str]] = frozenset()
+    #: whether a logical batch may be split across data-parallel ranks (``graphveil run --nproc``):
+    #: the batch has ``select`` and nothing in :meth:`losses` depends on which examples share a shard
+    data_parallel: ClassVar[bool] = False
 
     #: artifacts released by the run's mechanisms, by mechanism name (set by the session)
     released: Mapping[str, Any] = MappingProxyType({})

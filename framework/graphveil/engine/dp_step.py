@@ -28,6 +28,13 @@ sees the WHOLE batch and all norms (FREQ-CLIP's node frequencies are batch stati
 weighted sum is accumulated chunk by chunk, and ONE noise draw is added. With σ = 0 the result
 equals the whole-batch step up to float rounding.
 
+Data parallel (``group``, :mod:`graphveil.engine.data_parallel`): every rank holds the same
+logical batch (one sampling draw, so the accounting is unchanged) and differentiates its
+contiguous shard; the norms and losses are gathered, so the clipper and the metrics see the whole
+batch (the non-finite count too); each rank accumulates its shard's clipped sum, rank 0 alone adds
+the noise, and one all-reduce sums them (Opacus' ``DistributedDPOptimizer``). The result equals
+the one-process step up to the order of float additions.
+
 Devices and dtypes: everything follows the model's parameters (norms and factors on their
 device, float32 — float64 for a float64 model —, noise drawn on the CPU source then moved to
 each gradient's device and dtype by :class:`GaussianNoise`).
@@ -50,6 +57,7 @@ from graphveil.contract.clipper import Clipper
 from graphveil.contract.errors import PluginError
 from graphveil.contract.model import Model
 from graphveil.contract.task import Batch
+from graphveil.engine.data_parallel import DataParallel
 from graphveil.engine.grad_samplers import threads_for
 from graphveil.engine.noise import GaussianNoise
 from graphveil.engine.per_tuple import PerTupleGrad
@@ -153,6 +161,23 @@ def _micro_batches(batch: Any, b: int, micro_batch_size: int | None) -> list[Any
     return parts
 
 
+def _select(batch: Any, start: int, stop: int) -> Any:
+    """Examples ``start..stop-1`` of ``batch`` (a data-parallel rank's shard)."""
+    if not isinstance(batch, Batch):
+        raise PluginError(f"a data-parallel step needs a batch with select(index); {type(batch).__name__} has none")
+    return batch.select(torch.arange(start, stop))
+
+
+def _fingerprint(batch: Any) -> int:
+    """A cheap digest of a batch's integer tensors, compared across data-parallel ranks."""
+    total = 0
+    for value in vars(batch).values() if hasattr(batch, "__dict__") else ():
+        if isinstance(value, torch.Tensor) and not value.is_floating_point() and value.numel():
+            weights = torch.arange(1, value.numel() + 1, device=value.device) % 1009
+            total += int((value.reshape(-1).to(torch.int64) * weights).sum())
+    return total
+
+
 def _per_example(engine: PerTupleGrad, encoder: Model, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
                  micro_batch_size: int | None) -> tuple[torch.Tensor, torch.Tensor, list[Any]]:
     """Per-example gradient norms and losses of ``batch`` (chunk by chunk), and each chunk's
@@ -207,8 +232,9 @@ def dp_step(
     expected_batch_size: float,
     optimizer: torch.optim.Optimizer,
     loss: Losses,
-    noise: GaussianNoise,
+    noise: GaussianNoise | None,
     micro_batch_size: int | None = None,
+    group: DataParallel | None = None,
 ) -> StepMetrics:
     """One DP step: per-tuple norms → ``clipper.factors`` → clipped sum + ``N(0, σ²C²)`` → ÷ b̄ → step.
 
@@ -221,6 +247,10 @@ def dp_step(
     :param micro_batch_size: if set (≥ 1) and below the batch size, run the forward/backward
         on chunks of this many examples (the batch must be a :class:`~graphveil.contract.task.Batch`); the
         clipper still sees the whole batch and one noise draw is added (module note).
+    :param group: data-parallel ranks (:mod:`graphveil.engine.data_parallel`): every rank passes
+        the same logical batch and differentiates its shard; the norms and losses are gathered
+        so the clipper sees the whole batch, the clipped sums are all-reduced, and the noise is
+        drawn on rank 0 only (``noise`` may be ``None`` on the others).
     :raises PluginError: the clipper returned factors of the wrong shape or outside ``[0, 1]``;
         micro-batching was asked for a batch without ``select``.
     """
@@ -233,9 +263,17 @@ def dp_step(
     optimizer.zero_grad(set_to_none=True)
     b = batch.size
     engine = _engine_for(encoder, params)
+    start, stop = (0, b) if group is None else group.shard(b)
+    if group is not None:
+        group.check_same_batch(b, _fingerprint(batch))
     if b > 0:
-        loss_fn = loss
-        norms, losses, parts = _per_example(engine, encoder, batch, loss_fn, micro_batch_size)
+        mine = batch if (start, stop) == (0, b) else _select(batch, start, stop)
+        norms, losses, parts = _per_example(engine, encoder, mine, loss, micro_batch_size) if stop > start \
+            else (torch.zeros(0), torch.zeros(0), [])
+        if group is not None:  # the clipper sees every example's norm, as in one process
+            dtype = norms.dtype
+            both = torch.stack([norms.detach(), losses.detach().to(dtype)]).to(torch.float64)
+            norms, losses = group.gather_examples(both, start, b).to(dtype)
         # A non-finite loss or gradient norm is that example's own (nothing mixes examples): it
         # contributes 0 — a vector inside every clipping bound — and the step goes on, so no
         # bit of what the data did to the numerics leaves as an error (module note).
@@ -248,9 +286,10 @@ def dp_step(
                 f"got shape {tuple(factors.shape)}"
             )
         factors = torch.where(bad, 0.0, factors)
-        _accumulate(engine, parts, factors)
-        if bool(bad.any()):
-            _resum_finite(engine, encoder, batch, loss_fn, factors, bad, micro_batch_size)
+        if stop > start:
+            _accumulate(engine, parts, factors[start:stop])
+            if bool(bad[start:stop].any()):
+                _resum_finite(engine, encoder, mine, loss, factors[start:stop], bad[start:stop], micro_batch_size)
         finite = losses[~bad]
         metrics = StepMetrics(
             loss=float(finite.mean()) if finite.numel() else float("nan"),
@@ -260,13 +299,19 @@ def dp_step(
             nonfinite=int(bad.sum()),
         )
     else:
-        for p in params:
-            p.grad = torch.zeros_like(p)
         metrics = StepMetrics(float("nan"), 0, float("nan"), float("nan"))
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    add_noise([p.grad for p in params], noise, noise_multiplier * float(clipper.clip_norm))
+    grads = [p.grad for p in params]
+    # Opacus' DistributedDPOptimizer: the noise is drawn once, on rank 0, then summed with the
+    # other ranks' clipped sums; noise on every rank would release W times its variance.
+    if group is None or group.rank == 0:
+        if noise is None:
+            raise ValueError("dp_step needs a GaussianNoise (on rank 0 of a data-parallel group)")
+        add_noise(grads, noise, noise_multiplier * float(clipper.clip_norm))
+    if group is not None:
+        group.sum_(grads)
     with torch.no_grad():
         for p in params:
             p.grad.div_(expected_batch_size)

@@ -8,7 +8,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
@@ -20,6 +20,9 @@ from graphveil.run.config import RunConfig, config_from_dict
 from graphveil.run.outputs import RunDirectory, dumps, format_table
 from graphveil.run.records_store import RecordsStore
 from graphveil.run.session import TrainingSession, assembled_data_options, resolved_config
+
+if TYPE_CHECKING:
+    from graphveil.engine.data_parallel import DataParallel
 
 TAIL_COLUMNS = [
     ("epsilon", "ε spent", ".3f"), ("noise_multiplier", "σ", ".3f"), ("steps", "steps", "d"),
@@ -46,8 +49,13 @@ def planned_unit(config: RunConfig, host: PluginHost | None = None) -> str | Non
 def run_training(config: RunConfig, *, host: PluginHost | None = None,
                  graph: Any = None,
                  session: TrainingSession | None = None,
-                 records_store: RecordsStore | None = None) -> dict[str, Any]:
+                 records_store: RecordsStore | None = None,
+                 data_parallel: DataParallel | None = None) -> dict[str, Any] | None:
     """Assemble (refusing mismatches before any data is read), prepare, train, evaluate, save.
+
+    ``data_parallel`` (``graphveil run --nproc``): this process is one rank of a group that
+    splits every step (:class:`TrainingSession`); rank 0 alone evaluates and writes the run
+    directory, the other ranks train and return ``None``.
 
     ``config.resolved.yaml`` holds the validated config (the data source's full option set as
     the assembly validated it, :func:`~graphveil.run.session.resolved_config`): the sampling
@@ -61,9 +69,13 @@ def run_training(config: RunConfig, *, host: PluginHost | None = None,
     if config.threads:
         torch.set_num_threads(config.threads)
     started = time.perf_counter()
-    session = session or TrainingSession(config, host=host, graph=graph, records_store=records_store)
+    session = session or TrainingSession(config, host=host, graph=graph, records_store=records_store,
+                                         data_parallel=data_parallel)
     session.assemble()
     session.prepare()
+    if not session.writes:  # a data-parallel rank > 0: its steps are rank 0's; nothing to write
+        session.train()
+        return None
     out = RunDirectory(config.output.dir or RunDirectory.default_for(config.name))
     try:
         out.write_yaml("config.resolved.yaml", session.resolved_config())

@@ -40,6 +40,7 @@ from graphveil.run.config import DataConfig, RunConfig
 from graphveil.run.records_store import RecordsStore, records_key
 
 if TYPE_CHECKING:
+    from graphveil.engine.data_parallel import DataParallel
     from graphveil.engine.noise import GaussianNoise
     from graphveil.run.prepared_cache import PreparedCache
 
@@ -63,6 +64,12 @@ class TrainingSession:
         (a LoRA encoder's frozen-layer states) across processes, e.g. a federated site's rounds
         (:mod:`graphveil.run.prepared_cache`); handed to an encoder with a ``prepared_cache``
         attribute, ignored by others. ``None``: computed per process.
+    :param data_parallel: this process's rank in a data-parallel group
+        (:class:`~graphveil.engine.data_parallel.DataParallel`, ``graphveil run --nproc``): every
+        rank samples the same logical batches (rank 0 draws a fresh sampling seed and sends it to
+        the others), starts from rank 0's weights and differentiates its shard of each batch;
+        rank 0 alone holds a noise source and calls the lifecycle hooks. Only runs whose plan is
+        one DP-SGD stage of a task with ``data_parallel = True`` are accepted (:meth:`assemble`).
 
     Randomness: :attr:`generator` is the SAMPLING generator only (batches, negatives, degree
     capping), seeded with ``config.seed`` or, if that is ``None``, with fresh OS entropy that is
@@ -72,14 +79,19 @@ class TrainingSession:
 
     def __init__(self, config: RunConfig, *, host: PluginHost | None = None,
                  graph: RelationalGraph | None = None, records_store: RecordsStore | None = None,
-                 prepared_cache: PreparedCache | None = None) -> None:
+                 prepared_cache: PreparedCache | None = None,
+                 data_parallel: DataParallel | None = None) -> None:
         self.config = config
+        self.data_parallel = data_parallel
         self.host = host or default_host()
         self.graph = graph
         self.records_store = records_store
         self.prepared_cache = prepared_cache
         self.sampling_seed_fixed = config.seed is not None
-        sampling_seed = config.seed if config.seed is not None else secrets.randbits(63)
+        if config.seed is not None:
+            sampling_seed = config.seed
+        else:  # every rank of a data-parallel group must draw the same batches
+            sampling_seed = secrets.randbits(63) if data_parallel is None else data_parallel.broadcast_seed()
         self.generator = torch.Generator().manual_seed(sampling_seed)
         del sampling_seed
         self.noise: GaussianNoise | None = None
@@ -159,6 +171,36 @@ class TrainingSession:
         if cfg.privacy.enabled:
             check_units([("the run", self.unit)] + [(f"mechanism {r.name!r}", r.mechanism.unit)
                                                     for r in plan.releases])
+        if self.data_parallel is not None:
+            self.check_data_parallel(self.data_parallel.world_size)
+
+    def check_data_parallel(self, processes: int) -> None:
+        """Refuse (:class:`ConfigError`) to split this assembled run across ``processes`` ranks
+        unless its plan is one DP-SGD stage of a task whose examples may be sharded.
+
+        Releases (GAP's aggregation perturbation, noisy embeddings, …) would each need their
+        own rank-0 draw and broadcast, and a non-private step divides by the realised batch;
+        neither is split across ranks.
+        """
+        cfg = self.config
+        where = f"--nproc {processes}"
+        if processes < 1:
+            raise ConfigError(f"{where}: the number of processes must be >= 1")
+        if not getattr(self.task, "data_parallel", False):
+            raise ConfigError(f"{where}: task {cfg.task.name!r} does not split its batches across processes "
+                              "(data-parallel DP-SGD runs the relational task only)")
+        if not self.trains_privately or len(self.plan.stages) != 1:
+            what = ("trains without privacy" if not self.trains_privately
+                    else f"has {len(self.plan.stages)} stages (releases besides DP-SGD)")
+            raise ConfigError(f"{where}: method {cfg.method.name!r} {what}; several processes split only "
+                              "a plan of one DP-SGD training stage")
+        if cfg.sweep is not None:
+            raise ConfigError(f"{where}: a sweep runs its cells one by one; run each cell with --nproc instead")
+
+    @property
+    def writes(self) -> bool:
+        """Whether this process draws noise, writes and calls hooks (not a data-parallel rank > 0)."""
+        return self.data_parallel is None or self.data_parallel.writes
 
     def load_data(self) -> Any:
         """The dataset of the config's data section, read with the options :meth:`assemble`
@@ -195,6 +237,8 @@ class TrainingSession:
         if self.prepared_cache is not None and hasattr(self.encoder, "prepared_cache"):
             self.encoder.prepared_cache = self.prepared_cache
         self.task.prepare_model(self.encoder)
+        if self.data_parallel is not None:  # every rank starts from rank 0's initial weights
+            self.data_parallel.broadcast_(list(self.encoder.trainable_parameters()))
         self.optimizer = self._build_optimizer()
         self.lr_schedule = self._build_schedule()
         self._prepared = True
@@ -216,7 +260,7 @@ class TrainingSession:
             self.graph = self.load_data()
         self.task.setup(self.graph, cfg.data.split)
         self.bind_accounting()
-        if cfg.privacy.enabled:
+        if cfg.privacy.enabled and self.writes:  # data parallel: rank 0 alone draws the noise
             from graphveil.engine.noise import GaussianNoise
 
             self.noise = GaussianNoise(research_seed=cfg.privacy.research_noise_seed)
@@ -480,7 +524,7 @@ class TrainingSession:
             raise ConfigError(f"method {cfg.method.name!r} has no training stage; {steps} steps were asked for")
         private = self.trains_privately
         expected_b = self.sampling_profile.expected_batch_size
-        progress = _progress(steps, cfg.output.progress, desc=cfg.name)
+        progress = _progress(steps, cfg.output.progress and self.writes, desc=cfg.name)
         losses = []
         step_fn = dp_step if private else nonprivate_step
         noise = self.noise if private else None
@@ -491,6 +535,7 @@ class TrainingSession:
                 self.encoder, batch, clipper=self.clipper, noise_multiplier=self.noise_multiplier,
                 expected_batch_size=expected_b, optimizer=self.optimizer, loss=self.task.losses, noise=noise,
                 micro_batch_size=cfg.training.micro_batch_size,
+                **({"group": self.data_parallel} if self.data_parallel is not None else {}),
             ).as_dict()
             if private:
                 self.accountant.step(noise_multiplier=self.noise_multiplier)
@@ -502,7 +547,8 @@ class TrainingSession:
                 metrics["epsilon"] = self.accountant.get_epsilon(self.delta)
             if metrics.get("loss") is not None:
                 losses.append(metrics["loss"])
-            self.host.hook.graphveil_step_end(step=self.steps_done, metrics=read_only(metrics))
+            if self.writes:
+                self.host.hook.graphveil_step_end(step=self.steps_done, metrics=read_only(metrics))
             if on_step is not None:
                 on_step(self.steps_done, metrics)
             progress.update(1)

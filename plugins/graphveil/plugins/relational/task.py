@@ -67,6 +67,8 @@ class RelationalTask(Task):
     model_family: ClassVar[str] = "encoder"
     metrics: tuple[MetricColumn, ...] = ZERO_SHOT
     protocols: ClassVar[frozenset[str]] = frozenset({"few_shot", "entity_classification"})
+    #: a tuple's loss reads only its own entities' embeddings: tuples may be sharded across ranks
+    data_parallel: ClassVar[bool] = True
 
     def __init__(self, params: RelationalParams | None = None) -> None:
         self.params = params if params is not None else RelationalParams()
