@@ -988,9 +988,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "dp-nonfinite-resum", "the clipped sum over finite examples only (a NaN example poisons the step)",
         (("framework/graphveil/engine/dp_step.py",
-          "        if bool(bad.any()):\n"
-          "            _resum_finite(engine, encoder, batch, loss_fn, factors, bad, micro_batch_size)\n",
-          "        pass  # MUTANT: non-finite examples stay in the sum\n"),),
+          "            if bool(bad[start:stop].any()):\n"
+          "                _resum_finite(engine, encoder, mine, loss, factors[start:stop], bad[start:stop], micro_batch_size)\n",
+          "            pass  # MUTANT: non-finite examples stay in the sum\n"),),
     ),
     Mutant(
         "dp-nonfinite-factor", "the zero factor of a non-finite example (clipper sees its NaN norm)",
