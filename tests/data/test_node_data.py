@@ -384,3 +384,24 @@ def test_split_errors() -> None:
     # val_fraction 0: an empty validation side is what was asked for
     split = random_node_split(small_graph(node_ids=["n1", "n2", "n3", "n4"]), 0.0, 0.5, 3)
     assert split.val.numel() == 0 and split.train.numel() + split.test.numel() == 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.integers(-(2**62), 2**62), min_size=1, max_size=40, unique=True),
+       near=st.lists(st.integers(-50, 50), max_size=40), dense=st.booleans())
+def test_integer_id_index_finds_every_id_and_nothing_else(ids: list[int], near: list[int], dense: bool) -> None:
+    """IntegerIdIndex (issue 28) against a dict: every id at its position, every other value -1,
+    in both layouts (a dense table; a sorted copy with binary search)."""
+    import numpy as np
+
+    from graphveil.data.node_table import IntegerIdIndex
+
+    if dense:  # ids in a small range take the dense table
+        ids = sorted({i % 97 - 40 for i in ids}, key=lambda i: (i * 7919) % 101)
+    index = IntegerIdIndex(np.array(ids, dtype=np.int64))
+    assert (index.table is not None) == (max(ids) - min(ids) < 4 * len(ids) + 2**16)
+    queries = ids + [i + d for i in ids for d in (-1, 1)] + near + [-(2**63), 2**63 - 1]
+    where = {v: i for i, v in enumerate(ids)}
+    got = index.positions(np.array(queries, dtype=np.int64))
+    assert got.dtype == np.int64
+    assert got.tolist() == [where.get(q, -1) for q in queries]
