@@ -77,6 +77,12 @@ def test_node_graph_fields_and_pyg() -> None:
     assert data.num_nodes == 4 and data.is_undirected()
     rel = g.to_relational()
     assert rel.edges.tolist() == [[0, 1], [1, 2]] and rel.entity_ids == g.node_ids and rel.label_names == ["p", "q"]
+    # edge_index in any column order (a hand-built graph): the same relations, sorted (issue 28:
+    # the builders' sorted edge_index skips the sort)
+    shuffled = small_graph(edge_index=torch.tensor([[2, 1, 0, 1], [1, 2, 1, 0]])).to_relational()
+    assert shuffled.edges.tolist() == [[0, 1], [1, 2]]
+    wide = small_graph(edge_index=torch.tensor([[2, 3, 0, 1, 1, 0], [1, 0, 1, 2, 0, 3]])).to_relational()
+    assert wide.edges.tolist() == [[0, 1], [0, 3], [1, 2]]
 
 
 @pytest.mark.parametrize(

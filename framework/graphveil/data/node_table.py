@@ -386,7 +386,8 @@ def node_rows(table: pa.Table, columns: NodeColumns, source: str,
     if table.num_rows == 0:
         raise DataError(f"{source}: no nodes")
     ids = node_ids(table.column(columns.id_col), columns.id_col, source)
-    index_entities(ids, source, range(1, len(ids) + 1), "row")  # duplicate or empty ids
+    if len(distinct := set(ids)) != len(ids) or "" in distinct:  # a set in C; the loop names the problem
+        index_entities(ids, source, range(1, len(ids) + 1), "row")
     if columns.label_col is None:
         raise DataError(f"{source}: a node graph needs labels; set {p}label_col")
     y, class_names = node_labels(table.column(columns.label_col), columns.label_col, source, f"{p}label_col")
