@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 
 import pytest
@@ -148,3 +150,17 @@ def test_citeseer_split_key0(fraction: float, caplog) -> None:
     assert train.num_edges + test.num_edges + cross == 4225
     assert f"{cross} cross relations discarded" in caplog.text
     check_split(g, train, test, fraction, 0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(key=st.binary(min_size=0, max_size=150), ids=st.lists(st.text(max_size=30), max_size=20))
+def test_split_positions_are_the_hmac_of_every_id(key: bytes, ids: list[str]) -> None:
+    """The batch form (issue 28: padded key states computed once) against the standard library's
+    HMAC-SHA256, keys shorter and longer than SHA-256's block, any Unicode id."""
+    from graphveil.data.split import split_positions
+
+    want = [int.from_bytes(hmac.new(key, e.encode("utf-8"), hashlib.sha256).digest()[:8], "big") / 2.0**64
+            for e in ids]
+    got = split_positions(key, ids)
+    assert got.dtype == torch.float64 and got.tolist() == want
+    assert [split_position(key, e) for e in ids] == want

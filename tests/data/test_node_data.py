@@ -77,6 +77,12 @@ def test_node_graph_fields_and_pyg() -> None:
     assert data.num_nodes == 4 and data.is_undirected()
     rel = g.to_relational()
     assert rel.edges.tolist() == [[0, 1], [1, 2]] and rel.entity_ids == g.node_ids and rel.label_names == ["p", "q"]
+    # edge_index in any column order (a hand-built graph): the same relations, sorted (issue 28:
+    # the builders' sorted edge_index skips the sort)
+    shuffled = small_graph(edge_index=torch.tensor([[2, 1, 0, 1], [1, 2, 1, 0]])).to_relational()
+    assert shuffled.edges.tolist() == [[0, 1], [1, 2]]
+    wide = small_graph(edge_index=torch.tensor([[2, 3, 0, 1, 1, 0], [1, 0, 1, 2, 0, 3]])).to_relational()
+    assert wide.edges.tolist() == [[0, 1], [0, 3], [1, 2]]
 
 
 @pytest.mark.parametrize(
@@ -384,3 +390,24 @@ def test_split_errors() -> None:
     # val_fraction 0: an empty validation side is what was asked for
     split = random_node_split(small_graph(node_ids=["n1", "n2", "n3", "n4"]), 0.0, 0.5, 3)
     assert split.val.numel() == 0 and split.train.numel() + split.test.numel() == 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.integers(-(2**62), 2**62), min_size=1, max_size=40, unique=True),
+       near=st.lists(st.integers(-50, 50), max_size=40), dense=st.booleans())
+def test_integer_id_index_finds_every_id_and_nothing_else(ids: list[int], near: list[int], dense: bool) -> None:
+    """IntegerIdIndex (issue 28) against a dict: every id at its position, every other value -1,
+    in both layouts (a dense table; a sorted copy with binary search)."""
+    import numpy as np
+
+    from graphveil.data.node_table import IntegerIdIndex
+
+    if dense:  # ids in a small range take the dense table
+        ids = sorted({i % 97 - 40 for i in ids}, key=lambda i: (i * 7919) % 101)
+    index = IntegerIdIndex(np.array(ids, dtype=np.int64))
+    assert (index.table is not None) == (max(ids) - min(ids) < 4 * len(ids) + 2**16)
+    queries = ids + [i + d for i in ids for d in (-1, 1)] + near + [-(2**63), 2**63 - 1]
+    where = {v: i for i, v in enumerate(ids)}
+    got = index.positions(np.array(queries, dtype=np.int64))
+    assert got.dtype == np.int64
+    assert got.tolist() == [where.get(q, -1) for q in queries]

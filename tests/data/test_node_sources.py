@@ -235,6 +235,7 @@ def test_parquet_edge_ids_are_looked_up_by_batch_with_rows_counted_across_the_fi
     from graphveil.plugins.standard.sources import parquet as source
 
     monkeypatch.setattr(source, "INDEX_BATCH_ROWS", 3)
+    monkeypatch.setattr(source, "ROWS_PER_ID", 0)  # string ids: batches of INDEX_BATCH_ROWS here
     pq.write_table(pa.table(_nodes(vec=list_column())), tmp_path / "nodes.parquet")
     nodes = tmp_path / "nodes.parquet"
     padded = pa.table({"source": [f" {a}" for a, _ in EDGES], "target": pa.array([f"{b} " for _, b in EDGES])
@@ -261,6 +262,78 @@ def test_parquet_integer_relation_ids_match_integer_node_ids(tmp_path: Path) -> 
     assert graph.notes["dropped_self_loops"] == 1
     pq.write_table(pa.table({"source": [10, 14], "target": [11, 12]}), tmp_path / "u.parquet")
     with pytest.raises(DataError, match=r"u\.parquet, row 2: unknown entity id '14'"):
+        load("parquet", tmp_path / "u.parquet", tmp_path / "n.parquet", features_col="vec")
+
+
+# Integer ids that are not 0..n-1: negative, with gaps, out of order; SPARSE also spans more than
+# IntegerIdIndex's dense table allows, so its lookup takes the binary search.
+DENSE_IDS = [7, -3, 12, 0, 5, 9]
+SPARSE_IDS = [7, -(2**40), 12, 2**50, 5, 9]
+
+
+@pytest.mark.parametrize("ids", [DENSE_IDS, SPARSE_IDS], ids=["dense", "sparse"])
+@pytest.mark.parametrize("edge_type", [pa.int64(), pa.int32(), "dictionary"])
+def test_parquet_integer_ids_are_looked_up_as_integers_like_their_decimal_strings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ids: list[int], edge_type: object) -> None:
+    """The integer path (issue 28) gives the graph the string path gives for the same ids in
+    decimal: positions, repeated edges and self-loops dropped and counted, rows across batches."""
+    from graphveil.plugins.standard.sources import parquet as source
+
+    if edge_type == pa.int32() and ids is SPARSE_IDS:
+        pytest.skip("the sparse ids do not fit int32")
+    monkeypatch.setattr(source, "INDEX_BATCH_ROWS", 3)
+    monkeypatch.setattr(source, "ROWS_PER_ID", 0)
+    pairs = [(ids[a], ids[b]) for a, b in [(0, 1), (1, 2), (2, 0), (1, 0), (3, 3), (4, 5), (5, 4), (0, 1)]]
+
+    def column(values: list[int]) -> pa.Array:
+        if edge_type == "dictionary":
+            return pa.array(values, pa.int64()).dictionary_encode()
+        return pa.array(values, edge_type)
+
+    nodes = {"id": ids, "label": [0, 1, 0, 1, 0, 1], "vec": list_column(X[:6])}
+    pq.write_table(pa.table(nodes), tmp_path / "n_int.parquet")
+    pq.write_table(pa.table({**nodes, "id": [str(i) for i in ids]}), tmp_path / "n_str.parquet")
+    pq.write_table(pa.table({"source": column([a for a, _ in pairs]), "target": column([b for _, b in pairs])}),
+                   tmp_path / "e_int.parquet", row_group_size=2)
+    pq.write_table(pa.table({"source": [str(a) for a, _ in pairs], "target": [str(b) for _, b in pairs]}),
+                   tmp_path / "e_str.parquet")
+    as_int = load("parquet", tmp_path / "e_int.parquet", tmp_path / "n_int.parquet", features_col="vec")
+    as_str = load("parquet", tmp_path / "e_str.parquet", tmp_path / "n_str.parquet", features_col="vec")
+    assert as_int.node_ids == as_str.node_ids == [str(i) for i in ids]
+    assert torch.equal(as_int.edge_index, as_str.edge_index) and as_int.notes == as_str.notes
+    assert as_int.notes["dropped_self_loops"] == 1 and as_int.notes["dropped_duplicate_edges"] == 1
+    assert sorted(map(tuple, as_int.edge_index.t().tolist())) == [
+        (0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1), (4, 5), (5, 4)]
+
+
+@pytest.mark.parametrize("ids", [DENSE_IDS, SPARSE_IDS], ids=["dense", "sparse"])
+@pytest.mark.parametrize("unknown", [-4, 13, 8, 1, -(2**62), 2**62], ids=lambda u: f"id{u}")
+def test_an_unknown_integer_relation_id_is_refused_naming_its_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ids: list[int], unknown: int) -> None:
+    """Below the smallest id, above the largest, in a gap between ids, far outside: the same
+    refusal as the string path, naming the file, the row (across batches) and the id."""
+    from graphveil.plugins.standard.sources import parquet as source
+
+    monkeypatch.setattr(source, "INDEX_BATCH_ROWS", 3)
+    nodes = {"id": ids, "label": [0, 1, 0, 1, 0, 1], "vec": list_column(X[:6])}
+    pq.write_table(pa.table(nodes), tmp_path / "n.parquet")
+    for end in ("source", "target"):
+        sources, targets = [ids[0]] * 6, [ids[1]] * 6
+        (sources if end == "source" else targets)[4] = unknown
+        pq.write_table(pa.table({"source": sources, "target": targets}), tmp_path / "e.parquet")
+        with pytest.raises(DataError, match=rf"e\.parquet, row 5: unknown entity id '{unknown}'"):
+            load("parquet", tmp_path / "e.parquet", tmp_path / "n.parquet", features_col="vec")
+
+
+def test_integer_node_ids_with_string_relation_ids_take_the_string_path(tmp_path: Path) -> None:
+    """Integer node ids and string relation columns (or the reverse) match by decimal text, stripped."""
+    nodes = {"id": DENSE_IDS, "label": [0, 1, 0, 1, 0, 1], "vec": list_column(X[:6])}
+    pq.write_table(pa.table(nodes), tmp_path / "n.parquet")
+    pq.write_table(pa.table({"source": [" 7", "-3"], "target": ["12 ", "5"]}), tmp_path / "e.parquet")
+    graph = load("parquet", tmp_path / "e.parquet", tmp_path / "n.parquet", features_col="vec")
+    assert sorted(map(tuple, graph.edge_index.t().tolist())) == [(0, 2), (1, 4), (2, 0), (4, 1)]
+    pq.write_table(pa.table({"source": ["7", "-3"], "target": ["12", "x"]}), tmp_path / "u.parquet")
+    with pytest.raises(DataError, match=r"u\.parquet, row 2: unknown entity id 'x'"):
         load("parquet", tmp_path / "u.parquet", tmp_path / "n.parquet", features_col="vec")
 
 

@@ -19,6 +19,7 @@ from graphveil.data import (
     load_data,
     planetoid_full_split,
 )
+from graphveil.data.node_graph import node_graph_from_pyg
 from graphveil.data.two_graphs import TwoGraphs, join_graphs
 from graphveil.plugins.node_classification.task import NodeClassification
 from graphveil.plugins.relational.task import RelationalTask
@@ -199,3 +200,23 @@ def test_join_needs_an_input_both_graphs_share() -> None:
     both = join_graphs(a, RelationalGraph("c", ["1", "3"], torch.tensor([[0, 1]]), texts=["u", "v"]))
     assert both.entity_ids == ["A:1", "A:2", "B:1", "B:3"] and both.edges.tolist() == [[0, 1], [2, 3]]
     assert repr(both) == "RelationalGraph('a+c', nodes=4, edges=2, text)"
+
+
+def test_the_transfer_split_gives_the_task_each_sides_positions_in_the_dataset() -> None:
+    """The relational task's train_nodes / test_nodes come from the split's mask (issue 28: no
+    lookup by id): entity i of a side is the dataset's entity train_nodes[i], features and all."""
+    from graphveil.data.split import split_key, split_position
+    from graphveil.data.synthetic import block_csbm
+
+    data = block_csbm(300, 900, num_classes=3, num_features=4, generator=torch.Generator().manual_seed(1))
+    graph = node_graph_from_pyg(data, name="csbm", node_ids=[f"n{(i * 37) % 1000}" for i in range(300)])
+    task = RelationalTask()
+    cfg = DataConfig(source="planetoid", split={"kind": "transfer", "train_fraction": 0.6, "seed": 3})
+    task.setup(graph, cfg.split)
+    rel = graph.to_relational()
+    for side, where in ((task.train_graph, task.train_nodes), (task.test_graph, task.test_nodes)):
+        assert side.entity_ids == [rel.entity_ids[i] for i in where.tolist()]
+        assert torch.equal(side.features, rel.features[where])
+    on_train = [split_position(split_key(3), e) < 0.6 for e in rel.entity_ids]
+    assert task.train_nodes.tolist() == [i for i, t in enumerate(on_train) if t]
+    assert task.test_nodes.tolist() == [i for i, t in enumerate(on_train) if not t]

@@ -1375,8 +1375,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "parquet-edge-unknown-id", "the refusal of a relation naming an unknown node id in the column-wise "
         "lookup of the parquet node path (issue 28)",
         (("plugins/graphveil/plugins/standard/sources/parquet.py",
-          "                if index.null_count:\n",
-          "                if False:  # MUTANT\n"),),
+          "    if bad.size:\n",
+          "    if False:  # MUTANT\n"),),
     ),
     Mutant(
         "bootstrap-multinomial-shares", "the bootstrap of few distinct values by multinomial counts at each "
@@ -1391,6 +1391,48 @@ MUTANTS: tuple[Mutant, ...] = (
         (("framework/graphveil/data/node_graph.py",
           "    if torch.equal(torch.sort(v * n + u).values, keys):\n",
           "    if True:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "integer-id-index-gap", "IntegerIdIndex's binary search (issue 28) accepting only an exact match: "
+        "without it an unknown id between two sparse ids takes its neighbour's position",
+        (("framework/graphveil/data/node_table.py",
+          "        found = (self.sorted[at] == values) & inside\n",
+          "        found = inside  # MUTANT\n"),),
+    ),
+    Mutant(
+        "integer-id-index-range", "IntegerIdIndex's dense table (issue 28) used only for ids within its "
+        "range: without the range test an id below the smallest wraps around to another node",
+        (("framework/graphveil/data/node_table.py",
+          "        every = bool(inside.all())\n",
+          "        every = True  # MUTANT\n"),),
+    ),
+    Mutant(
+        "split-positions-pad", "the batch HMAC of the transfer / node split (issue 28): the inner pad of "
+        "RFC 2104; another pad is another keyed hash, so another split than split_position's",
+        (("framework/graphveil/data/split.py",
+          "_IPAD, _OPAD = bytes(b ^ 0x36 for b in range(256)), bytes(b ^ 0x5C for b in range(256))\n",
+          "_IPAD, _OPAD = bytes(b ^ 0x35 for b in range(256)), bytes(b ^ 0x5C for b in range(256))  # MUTANT\n"),),
+    ),
+    Mutant(
+        "relational-side-positions", "the relational task's test-side positions from the split mask "
+        "(issue 28): the training side's instead evaluates on training entities",
+        (("plugins/graphveil/plugins/relational/task.py",
+          "on_train.nonzero().flatten(), (~on_train).nonzero().flatten()\n",
+          "on_train.nonzero().flatten(), on_train.nonzero().flatten()  # MUTANT\n"),),
+    ),
+    Mutant(
+        "node-ids-set-check", "NodeGraph's fast check of distinct non-empty string ids (issue 28): "
+        "accepting without it lets a repeated node id through",
+        (("framework/graphveil/data/node_graph.py",
+          "    if set(map(type, ids)) == {str} and len(distinct := set(ids)) == len(ids) and \"\" not in distinct:\n",
+          "    if True:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "to-relational-sorted", "to_relational's sort of an unsorted edge_index (issue 28 skips it for a "
+        "sorted one): without it the relations are out of order",
+        (("framework/graphveil/data/node_graph.py",
+          "        if not bool((keys[1:] > keys[:-1]).all()):  # the builders' edge_index is sorted: no argsort\n",
+          "        if False:  # MUTANT\n"),),
     ),
 )
 

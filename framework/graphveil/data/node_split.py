@@ -27,7 +27,7 @@ import torch
 
 from graphveil.contract.errors import ConfigError, DataError
 from graphveil.data.node_graph import NodeGraph
-from graphveil.data.split import split_position
+from graphveil.data.split import split_positions
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def node_sides(node_ids: Sequence[str], val_fraction: float, test_fraction: floa
     through :func:`node_split_key`) or raw key bytes."""
     check_fractions(val_fraction, test_fraction)
     hkey = key if isinstance(key, bytes) else node_split_key(key)
-    position = torch.tensor([split_position(hkey, nid) for nid in node_ids], dtype=torch.float64)
+    position = split_positions(hkey, node_ids)
     sides = torch.full((len(node_ids),), TRAIN, dtype=torch.long)
     sides[position < test_fraction + val_fraction] = VAL
     sides[position < test_fraction] = TEST

@@ -127,6 +127,53 @@ def node_ids(column: Any, name: str, source: str) -> list[str]:
     return pc.utf8_trim_whitespace(column).to_pylist()
 
 
+def integer_ids(column: Any) -> np.ndarray | None:
+    """The id column as int64 when it holds integers that fit (signed, or unsigned below 64
+    bits), else ``None``: the key of :class:`IntegerIdIndex`. Read after :func:`node_ids`."""
+    import pyarrow as pa
+
+    column = _plain(column)
+    t = column.type
+    if not pa.types.is_integer(t) or t == pa.uint64():
+        return None
+    return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+class IntegerIdIndex:
+    """Positions of distinct integer node ids, looked up without a string per id (issue 28: at
+    10⁷ relations the decimal cast and Arrow's hash lookup, whose table of every node id is built
+    afresh per call, took half of the load). Ids spanning at most ``DENSE_FACTOR·n + 2¹⁶`` values
+    get a dense table (one gather per lookup); others a sorted copy and a binary search."""
+
+    DENSE_FACTOR = 4
+
+    def __init__(self, ids: np.ndarray) -> None:
+        n = ids.size
+        self.low, self.high = int(ids.min()), int(ids.max())
+        position = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)  # int32: half the cache
+        self.table: np.ndarray | None = None
+        if self.high - self.low < self.DENSE_FACTOR * n + (1 << 16):
+            self.table = np.full(self.high - self.low + 1, -1, dtype=position.dtype)
+            self.table[ids - self.low] = position
+        else:
+            order = np.argsort(ids, kind="stable")
+            self.sorted, self.order = ids[order], position[order]
+
+    def positions(self, values: np.ndarray) -> np.ndarray:
+        """int64 position of every value in ``ids``, -1 where it is not an id."""
+        inside = (values >= self.low) & (values <= self.high)
+        every = bool(inside.all())
+        if self.table is not None:
+            if every:  # the common case: one gather, no masked copies
+                return self.table[values - self.low].astype(np.int64)
+            out = np.full(values.shape, -1, dtype=np.int64)
+            out[inside] = self.table[values[inside] - self.low]
+            return out
+        at = np.searchsorted(self.sorted, values).clip(max=self.sorted.size - 1)
+        found = (self.sorted[at] == values) & inside
+        return np.where(found, self.order[at], -1).astype(np.int64)
+
+
 def _numeric(t: Any) -> bool:
     import pyarrow as pa
 
@@ -326,6 +373,8 @@ class NodeRows:
     x: np.ndarray | None
     y: np.ndarray
     class_names: list[str]
+    #: the ids as int64 when the id column holds integers (:func:`integer_ids`), else ``None``
+    int_ids: np.ndarray | None = None
 
 
 def node_rows(table: pa.Table, columns: NodeColumns, source: str,
@@ -337,7 +386,8 @@ def node_rows(table: pa.Table, columns: NodeColumns, source: str,
     if table.num_rows == 0:
         raise DataError(f"{source}: no nodes")
     ids = node_ids(table.column(columns.id_col), columns.id_col, source)
-    index_entities(ids, source, range(1, len(ids) + 1), "row")  # duplicate or empty ids
+    if len(distinct := set(ids)) != len(ids) or "" in distinct:  # a set in C; the loop names the problem
+        index_entities(ids, source, range(1, len(ids) + 1), "row")
     if columns.label_col is None:
         raise DataError(f"{source}: a node graph needs labels; set {p}label_col")
     y, class_names = node_labels(table.column(columns.label_col), columns.label_col, source, f"{p}label_col")
@@ -348,7 +398,7 @@ def node_rows(table: pa.Table, columns: NodeColumns, source: str,
     elif columns.feature_cols is not None:
         x = column_features(table, columns.feature_columns(table.column_names, source), ids, source,
                             f"{p}feature_cols")
-    return NodeRows(source, ids, x, y, class_names)
+    return NodeRows(source, ids, x, y, class_names, integer_ids(table.column(columns.id_col)))
 
 
 def build_node_graph(name: str, nodes: NodeRows,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from collections.abc import Iterable
 
 import torch
 
@@ -35,14 +36,46 @@ def split_key(seed: int) -> bytes:
 
 
 def split_position(key: bytes, entity_id: str) -> float:
-    """HMAC-SHA256(key, entity id as UTF-8), first 64 bits as an integer, ÷ 2⁶⁴: in [0, 1)."""
-    digest = hmac.new(key, str(entity_id).encode("utf-8"), hashlib.sha256).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0**64
+    """HMAC-SHA256(key, entity id as UTF-8), first 64 bits as an integer, ÷ 2⁶⁴: in [0, 1).
+    (``hmac.digest``: OpenSSL's one-shot HMAC, one C call; ``hmac.new`` costs ~4× more per id,
+    which at 10⁶ entities was most of the split, issue 28.)"""
+    return int.from_bytes(hmac.digest(key, str(entity_id).encode("utf-8"), "sha256")[:8], "big") / 2.0**64
+
+
+#: HMAC's inner and outer pads (RFC 2104) as byte translation tables: key byte b → b ^ 0x36, b ^ 0x5C
+_IPAD, _OPAD = bytes(b ^ 0x36 for b in range(256)), bytes(b ^ 0x5C for b in range(256))
+
+
+def split_positions(key: bytes, entity_ids: Iterable[str]) -> torch.Tensor:
+    """:func:`split_position` of every id, as an ``(n,)`` float64 tensor: the same HMAC-SHA256
+    (RFC 2104) with the padded key's two SHA-256 states computed once and copied per id, ~2.5×
+    faster than a one-shot HMAC per id (issue 28: 10⁶ entities took 1.6 CPU s that way)."""
+    block = hashlib.sha256().block_size
+    k = (hashlib.sha256(key).digest() if len(key) > block else key).ljust(block, b"\0")
+    inner, outer = hashlib.sha256(k.translate(_IPAD)), hashlib.sha256(k.translate(_OPAD))
+    scale = 2.0**64
+
+    def position(entity_id: str) -> float:
+        h = inner.copy()
+        h.update(str(entity_id).encode("utf-8"))
+        o = outer.copy()
+        o.update(h.digest())
+        return int.from_bytes(o.digest()[:8], "big") / scale
+
+    return torch.tensor([position(e) for e in entity_ids], dtype=torch.float64)
 
 
 def transfer_split(
     graph: RelationalGraph, train_fraction: float, seed: int
 ) -> tuple[RelationalGraph, RelationalGraph]:
+    """:func:`transfer_sides` without the mask."""
+    train, test, _ = transfer_sides(graph, train_fraction, seed)
+    return train, test
+
+
+def transfer_sides(
+    graph: RelationalGraph, train_fraction: float, seed: int
+) -> tuple[RelationalGraph, RelationalGraph, torch.Tensor]:
     """Split ``graph`` into a training side and a disjoint zero-shot test side.
 
     Entity ``e`` is on the training side iff ``HMAC-SHA256(key, e) / 2⁶⁴ < train_fraction``
@@ -51,7 +84,10 @@ def transfer_split(
     (Binomial). Each side is the induced subgraph (:meth:`RelationalGraph.subgraph`: entity
     order of ``graph`` kept, ids unchanged).
 
-    :returns: ``(train_graph, test_graph)``; both carry ``notes["dropped_cross_edges"]``.
+    :returns: ``(train_graph, test_graph, on_train)``; both graphs carry
+        ``notes["dropped_cross_edges"]``; ``on_train`` is the ``(n,)`` bool mask of the training
+        side's entities in ``graph`` (each side's entities in ``graph``'s order: the training
+        side's entity ``i`` is ``graph``'s entity ``on_train.nonzero()[i]``).
     :raises ConfigError: if ``train_fraction`` is not in (0, 1).
     :raises DataError: if either side would have no entity or no relation.
     """
@@ -59,7 +95,7 @@ def transfer_split(
         raise ConfigError(f"data.split.train_fraction must be in (0, 1), got {train_fraction!r}")
     n = graph.num_nodes
     key = split_key(seed)
-    on_train = torch.tensor([split_position(key, e) < train_fraction for e in graph.entity_ids], dtype=torch.bool)
+    on_train = split_positions(key, graph.entity_ids) < train_fraction
     n_train = int(on_train.sum())
     if not 0 < n_train < n:
         raise DataError(
@@ -83,4 +119,4 @@ def transfer_split(
         "%d cross relations discarded",
         seed, train.num_nodes, train.num_edges, test.num_nodes, test.num_edges, cross,
     )
-    return train, test
+    return train, test, on_train

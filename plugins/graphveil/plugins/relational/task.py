@@ -14,8 +14,9 @@ from graphveil.contract.model import Encoder
 from graphveil.contract.sampler import TupleBatch
 from graphveil.contract.task import MetricColumn, Task
 from graphveil.contract.units import PrivacyUnit
-from graphveil.data import RelationalGraph, transfer_split
+from graphveil.data import RelationalGraph
 from graphveil.data.node_graph import NodeGraph
+from graphveil.data.split import transfer_sides
 from graphveil.data.two_graphs import TwoGraphs
 from graphveil.evaluation import few_shot_classification, rank_metrics, relation_ranks
 from graphveil.plugins.relational.few_shot import few_shot_relation_prediction
@@ -113,10 +114,9 @@ class RelationalTask(Task):
         self._dataset, self._split_scope = data, {
             "rule": "HMAC-SHA256(data.split.seed, entity id) / 2^64 < train_fraction",
             "train_fraction": split.train_fraction}
-        self.train_graph, self.test_graph = transfer_split(data, split.train_fraction, split.seed)
-        position = {eid: i for i, eid in enumerate(data.entity_ids)}
-        self.train_nodes = torch.tensor([position[e] for e in self.train_graph.entity_ids], dtype=torch.long)
-        self.test_nodes = torch.tensor([position[e] for e in self.test_graph.entity_ids], dtype=torch.long)
+        self.train_graph, self.test_graph, on_train = transfer_sides(data, split.train_fraction, split.seed)
+        # each side keeps data's entity order: its i-th entity is the i-th of the mask (no id lookup)
+        self.train_nodes, self.test_nodes = on_train.nonzero().flatten(), (~on_train).nonzero().flatten()
 
     @property
     def train_view(self) -> RelationalGraph:

@@ -33,7 +33,13 @@ from graphveil.contract.data_source import DataSource
 from graphveil.contract.errors import DataError
 from graphveil.data.graph import RelationalGraph
 from graphveil.data.node_graph import NodeGraph
-from graphveil.data.node_table import NodeColumns, build_node_graph, node_rows, sparse_features
+from graphveil.data.node_table import (
+    IntegerIdIndex,
+    NodeColumns,
+    build_node_graph,
+    node_rows,
+    sparse_features,
+)
 from graphveil.data.tables import edge_columns
 from graphveil.data.validate import EdgeRecords, EntityRecords, OnUnknown, build_graph
 from graphveil.plugins.standard.sources._options import TableOptions
@@ -273,62 +279,114 @@ def load_parquet_nodes(
     if columns.features_table is not None:
         sparse = _read_table(columns.features_table, lambda names: names)
         nodes.x = sparse_features(sparse, columns, nodes.ids, columns.features_table)
-    pairs = read_parquet_edge_index(edges_path, nodes.ids, source_col=source_col, target_col=target_col,
+    pairs = read_parquet_edge_index(edges_path, nodes.ids, int_ids=nodes.int_ids, source_col=source_col,
+                                    target_col=target_col,
                                     option_prefix=columns.prefix)
     return build_node_graph(name or Path(edges_path).stem, nodes, pairs)
 
 
-#: Rows per record batch of :func:`read_parquet_edge_index`: each batch looks its ids up in a
-#: hash table of every node id, built afresh per batch, so batches are larger than BATCH_ROWS.
+#: Rows per record batch of :func:`read_parquet_edge_index`.
 INDEX_BATCH_ROWS = 1 << 20
+#: String ids: Arrow's lookup builds a hash table of every node id per batch, so a batch holds at
+#: least this many rows per node id: the builds then cost O(relations), not O(relations · nodes / batch).
+ROWS_PER_ID = 4
+
+
+def _integer_column(t: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    t = _value_type(t)
+    return pa.types.is_integer(t) and t != pa.uint64()
 
 
 def read_parquet_edge_index(
     path: str | os.PathLike[str],
     ids: list[str],
     *,
+    int_ids: np.ndarray | None = None,
     source_col: str | None = None,
     target_col: str | None = None,
     option_prefix: str = "",
 ) -> torch.Tensor:
-    """The relation table as ``(k, 2)`` int64 positions in ``ids``, looked up column-wise by
-    Arrow (``pyarrow.compute.index_in``), a record batch at a time: no Python string per
-    relation (at 10⁷ relations the per-string path of :func:`read_parquet_edges` took most of the
-    load, issue 28). Ids as there: integers in decimal, strings stripped. A null or unknown id
+    """The relation table as ``(k, 2)`` int64 positions in ``ids``, looked up column-wise a
+    record batch at a time: no Python string per relation (at 10⁷ relations the per-string path
+    of :func:`read_parquet_edges` took most of the load, issue 28). Ids as there: integers in
+    decimal, strings stripped. When the node ids are integers (``int_ids``, the same ids as
+    int64) and both relation columns hold integers, they are looked up as integers
+    (:class:`~graphveil.data.node_table.IntegerIdIndex`: no decimal strings, no hash table per
+    batch); otherwise as strings by Arrow (``pyarrow.compute.index_in``). A null or unknown id
     is refused as :func:`~graphveil.data.validate.index_edges` does, naming the file and row."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     path = Path(path)
     source, pf, p = str(path), _open(path), option_prefix
     s, t = edge_columns(pf.schema_arrow.names, source, source_col, target_col, p)
-    for name, option in ((s, "source_col"), (t, "target_col")):
-        _check_type(_column(pf, name, source, option, p), name, source, option, p)
-    if pf.metadata.num_rows == 0:
+    types = [_column(pf, name, source, option, p) for name, option in ((s, "source_col"), (t, "target_col"))]
+    for name, option, typ in ((s, "source_col", types[0]), (t, "target_col", types[1])):
+        _check_type(typ, name, source, option, p)
+    total = pf.metadata.num_rows
+    if total == 0:
         raise DataError(f"{source}: no edges")
-    value_set = pa.array(ids, pa.string())
-    parts: list[torch.Tensor] = []
+    if int_ids is not None and all(_integer_column(typ) for typ in types):
+        lookup, batch_rows = _integer_lookup(int_ids), INDEX_BATCH_ROWS
+    else:
+        lookup, batch_rows = _string_lookup(ids), max(INDEX_BATCH_ROWS, ROWS_PER_ID * len(ids))
+    out = torch.empty((total, 2), dtype=torch.long)  # filled in place: no per-batch copies to join
     row = 1
     try:
-        batches = pf.iter_batches(batch_size=INDEX_BATCH_ROWS, columns=[s, t])
-        for batch in batches:
-            ends = []
-            for name in (s, t):
-                column = batch.column(name)
-                if pa.types.is_dictionary(column.type):
-                    column = column.dictionary_decode()
-                if column.null_count:
-                    raise DataError(f"{source}, row {row + pc.index(column.is_null(), True).as_py()}: "
-                                    f"column {name!r} is null")
-                text = (column.cast(pa.string()) if pa.types.is_integer(column.type)
-                        else pc.utf8_trim_whitespace(column))
-                index = pc.index_in(text, value_set=value_set)
-                if index.null_count:
-                    bad = pc.index(index.is_null(), True).as_py()
-                    raise DataError(f"{source}, row {row + bad}: unknown entity id {text[bad].as_py()!r}")
-                ends.append(torch.from_numpy(index.to_numpy(zero_copy_only=False).astype(np.int64)))
-            parts.append(torch.stack(ends, dim=1))
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=[s, t]):
+            for end, name in enumerate((s, t)):
+                index = lookup(_present_ids(batch.column(name), name, source, row), name, source, row)
+                out[row - 1:row - 1 + batch.num_rows, end] = torch.from_numpy(index)
             row += batch.num_rows
     except pa.ArrowException as exc:
         raise DataError(f"{source}: cannot read row {row} onwards ({exc})") from exc
-    return torch.cat(parts)
+    if row - 1 != total:
+        raise DataError(f"{source}: {row - 1} rows read, the file's metadata says {total}")
+    return out
+
+
+def _present_ids(column: Any, name: str, source: str, row: int) -> Any:
+    """A batch's id column, dictionary-decoded; a null is refused naming its row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if column.null_count:
+        raise DataError(f"{source}, row {row + pc.index(column.is_null(), True).as_py()}: column {name!r} is null")
+    return column
+
+
+def _unknown(index: np.ndarray, shown: Any, source: str, row: int) -> np.ndarray:
+    """``index`` (-1: not a node id) as int64; the first unknown id refused naming its row."""
+    bad = np.flatnonzero(index < 0)
+    if bad.size:
+        raise DataError(f"{source}, row {row + int(bad[0])}: unknown entity id {shown(int(bad[0]))!r}")
+    return index
+
+
+def _string_lookup(ids: list[str]) -> Any:
+    """Ids (integers in decimal, strings stripped) looked up by Arrow among ``ids``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    value_set = pa.array(ids, pa.string())
+
+    def lookup(column: Any, name: str, source: str, row: int) -> np.ndarray:
+        text = column.cast(pa.string()) if pa.types.is_integer(column.type) else pc.utf8_trim_whitespace(column)
+        index = pc.index_in(text, value_set=value_set).fill_null(-1).to_numpy(zero_copy_only=False)
+        return _unknown(index.astype(np.int64), lambda i: text[i].as_py(), source, row)
+
+    return lookup
+
+
+def _integer_lookup(int_ids: np.ndarray) -> Any:
+    """Integer relation ids looked up among the integer node ids ``int_ids``."""
+    index = IntegerIdIndex(int_ids)
+
+    def lookup(column: Any, name: str, source: str, row: int) -> np.ndarray:
+        values = column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        return _unknown(index.positions(values), lambda i: str(values[i]), source, row)
+
+    return lookup
