@@ -155,7 +155,7 @@ def test_citeseer_split_key0(fraction: float, caplog) -> None:
 @settings(max_examples=80, deadline=None)
 @given(key=st.binary(min_size=0, max_size=150), ids=st.lists(st.text(max_size=30), max_size=20))
 def test_split_positions_are_the_hmac_of_every_id(key: bytes, ids: list[str]) -> None:
-    """The batch form (issue 28: padded key states computed once) against the standard library's
+    """The batch form (issue 28: keyed once, copied per id) against the standard library's
     HMAC-SHA256, keys shorter and longer than SHA-256's block, any Unicode id."""
     from graphveil.data.split import split_positions
 

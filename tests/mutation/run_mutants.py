@@ -1407,11 +1407,11 @@ MUTANTS: tuple[Mutant, ...] = (
           "        every = True  # MUTANT\n"),),
     ),
     Mutant(
-        "split-positions-pad", "the batch HMAC of the transfer / node split (issue 28): the inner pad of "
-        "RFC 2104; another pad is another keyed hash, so another split than split_position's",
+        "split-positions-key", "the batch HMAC of the transfer / node split (issue 28) keyed with the "
+        "split key; another key is another split than split_position's",
         (("framework/graphveil/data/split.py",
-          "_IPAD, _OPAD = bytes(b ^ 0x36 for b in range(256)), bytes(b ^ 0x5C for b in range(256))\n",
-          "_IPAD, _OPAD = bytes(b ^ 0x35 for b in range(256)), bytes(b ^ 0x5C for b in range(256))  # MUTANT\n"),),
+          "        h = keyed.copy()\n",
+          "        h = hmac.new(key[:-1] + b\"x\", digestmod=hashlib.sha256)  # MUTANT\n"),),
     ),
     Mutant(
         "relational-side-positions", "the relational task's test-side positions from the split mask "
