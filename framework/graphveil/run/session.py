@@ -186,7 +186,7 @@ class TrainingSession:
         where = f"--nproc {processes}"
         if processes < 1:
             raise ConfigError(f"{where}: the number of processes must be >= 1")
-        if not getattr(self.task, "data_parallel", False):
+        if not self.task.data_parallel:
             raise ConfigError(f"{where}: task {cfg.task.name!r} does not split its batches across processes "
                               "(data-parallel DP-SGD runs the relational task only)")
         if not self.trains_privately or len(self.plan.stages) != 1:

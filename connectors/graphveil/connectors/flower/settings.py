@@ -753,11 +753,22 @@ def check_site_policy(site: SiteSettings, fed: FederationSettings, config: RunCo
             f"{site.max_clip_norm:.4g}] (min-clip-norm / max-clip-norm)"))
 
 
+def task_family(host: Any, task_name: str) -> Any:
+    """The registered task's model family ("encoder": relational, "model": node classification;
+    :attr:`graphveil.contract.task.Task.model_family`), None for a factory that declares none."""
+    return getattr(host.get("task", task_name).factory, "model_family", None)
+
+
+def task_kind(family: Any) -> str | None:
+    """The site ``task-kind`` of a task of model ``family`` (:data:`TASK_KINDS`), None if none."""
+    return next((k for k, f in TASK_KINDS.items() if f == family), None)
+
+
 def _check_task_kind(site: SiteSettings, config: RunConfig, host: Any, where: Callable[[str], str]) -> None:
     """The task is of the site's ``task-kind`` (by its model family: encoder or model)."""
-    family = getattr(host.get("task", config.task.name).factory, "model_family", None)
+    family = task_family(host, config.task.name)
     if family != TASK_KINDS[site.task_kind]:
-        kind = next((k for k, f in TASK_KINDS.items() if f == family), f"a {family!r}-family")
+        kind = task_kind(family) or f"a {family!r}-family"
         raise PolicyRefusal(where("task.name"), (
             f"task {config.task.name!r} is a {kind} task; this site's task-kind is {site.task_kind!r}"))
 

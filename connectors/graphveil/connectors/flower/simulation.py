@@ -55,10 +55,11 @@ import yaml
 from graphveil.connectors.flower.control import FLOWER_ENV
 from graphveil.connectors.flower.settings import (
     SITES_ENV,
-    TASK_KINDS,
     FederationSettings,
     SiteSettings,
     _flatten,
+    task_family,
+    task_kind,
 )
 from graphveil.contract.errors import ConfigError
 
@@ -239,10 +240,10 @@ def _task_kind(fed: FederationSettings) -> str:
     from graphveil.contract.host import default_host
 
     config = fed.check_task()
-    family = getattr(default_host().get("task", config.task.name).factory, "model_family", None)
-    for kind, fam in TASK_KINDS.items():
-        if fam == family:
-            return kind
+    family = task_family(default_host(), config.task.name)
+    kind = task_kind(family)
+    if kind is not None:
+        return kind
     raise ConfigError(f"task.name {config.task.name!r}: a {family!r}-family task cannot be federated "
                       f"(relational or node-classification tasks only)")
 

@@ -65,6 +65,7 @@ from flwr.clientapp import ClientApp
 
 from graphveil.connectors.flower import records
 from graphveil.connectors.flower.settings import (
+    TASK_KINDS,
     FederationSettings,
     PolicyRefusal,
     SiteSettings,
@@ -72,6 +73,7 @@ from graphveil.connectors.flower.settings import (
     round_seed,
     site_node_config,
     site_run_config,
+    task_family,
 )
 from graphveil.contract.errors import PrivacyError
 from graphveil.ledger import BudgetExhaustedError, PrivacyLedger, WitnessHead
@@ -112,8 +114,8 @@ def _site_graph(session: Any) -> Any:
 
     cfg = session.config
     graph = session.load_data()  # with the data options the session's assembly validated
-    family = getattr(session.host.get("task", cfg.task.name).factory, "model_family", None)
-    if family != "model" or not isinstance(graph, RelationalGraph) or isinstance(graph, NodeGraph):
+    family = task_family(session.host, cfg.task.name)
+    if family != TASK_KINDS["node_classification"] or not isinstance(graph, RelationalGraph) or isinstance(graph, NodeGraph):
         return graph
     return _as_node_graph(graph)
 
