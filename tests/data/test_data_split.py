@@ -59,6 +59,28 @@ def check_split(g: RelationalGraph, train: RelationalGraph, test: RelationalGrap
         assert side.labels.tolist() == [int(g.labels[i]) for i in rows]
 
 
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(1, 20), data=st.data())
+def test_subgraph_by_indices_or_mask_is_the_induced_subgraph(n: int, data: st.DataObject) -> None:
+    """``RelationalGraph.subgraph`` (issue 28: a bool-mask gather) against a naive induced
+    subgraph: the same entities in order, rows of every per-entity field, and relations."""
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=60))
+    g = make_graph(n, pairs)
+    g.features = torch.arange(n * 2, dtype=torch.float32).reshape(n, 2)
+    chosen = data.draw(st.lists(st.integers(0, n - 1), max_size=n + 3))  # repeats, any order
+    rows = sorted(set(chosen))
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[rows] = True
+    for sub in (g.subgraph(torch.tensor(chosen, dtype=torch.long)), g.subgraph(mask)):
+        assert sub.entity_ids == [g.entity_ids[i] for i in rows]
+        assert sub.texts == [g.texts[i] for i in rows]
+        assert sub.labels.tolist() == [int(g.labels[i]) for i in rows]
+        assert sub.features.tolist() == [g.features[i].tolist() for i in rows]
+        assert sub.edges.dtype == torch.int64 and sub.edges.shape[1] == 2
+        want = [[rows.index(u), rows.index(v)] for u, v in g.edges.tolist() if u in rows and v in rows]
+        assert sub.edges.tolist() == want  # order of g's relations kept
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     n=st.integers(2, 25),

@@ -1410,8 +1410,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "split-positions-key", "the batch HMAC of the transfer / node split (issue 28) keyed with the "
         "split key; another key is another split than split_position's",
         (("framework/graphveil/data/split.py",
-          "        h = keyed.copy()\n",
-          "        h = hmac.new(key[:-1] + b\"x\", digestmod=hashlib.sha256)  # MUTANT\n"),),
+          "        h = copy()\n",
+          "        h = hmac.new(key[:-1] + b\"x\", digestmod=\"sha256\")  # MUTANT\n"),),
     ),
     Mutant(
         "relational-side-positions", "the relational task's test-side positions from the split mask "
@@ -1433,6 +1433,27 @@ MUTANTS: tuple[Mutant, ...] = (
         (("framework/graphveil/data/node_graph.py",
           "        if not bool((keys[1:] > keys[:-1]).all()):  # the builders' edge_index is sorted: no argsort\n",
           "        if False:  # MUTANT\n"),),
+    ),
+    Mutant(
+        "node-predict-chunks", "a row-wise node model predicts every node, in chunks of rows (issue 28): "
+        "a chunk left out loses the last nodes' predictions",
+        (("plugins/graphveil/plugins/node_classification/task.py",
+          "                              for i in range(0, x.shape[0], PREDICT_ROWS)])\n",
+          "                              for i in range(0, x.shape[0] - 1, PREDICT_ROWS)])  # MUTANT\n"),),
+    ),
+    Mutant(
+        "subgraph-both-ends", "RelationalGraph.subgraph keeps a relation only when both ends are kept "
+        "(issue 28's mask gather): one end lets cross relations into a side",
+        (("framework/graphveil/data/graph.py",
+          "        inside = keep[self.edges.reshape(-1)].view(-1, 2).all(dim=1)\n",
+          "        inside = keep[self.edges.reshape(-1)].view(-1, 2).any(dim=1)  # MUTANT\n"),),
+    ),
+    Mutant(
+        "subgraph-remap-rank", "RelationalGraph.subgraph re-indexes an entity by its rank among the kept "
+        "ones: off by one moves every relation to the next entity",
+        (("framework/graphveil/data/graph.py",
+          "        remap = keep.cumsum(0) - 1  # entity i -> its rank among the kept (read only where kept)\n",
+          "        remap = keep.cumsum(0)  # MUTANT\n"),),
     ),
 )
 

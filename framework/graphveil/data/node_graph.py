@@ -138,8 +138,7 @@ class NodeGraph:
     def to_relational(self) -> RelationalGraph:
         """The same graph as a feature-only :class:`RelationalGraph` (each edge once, ``u < v``)."""
         u, v = self.edge_index
-        once = u < v
-        edges = torch.stack([u[once], v[once]], dim=1)
+        edges = self.edge_index.t()[u < v]  # (m, 2), one row gather
         keys = edges[:, 0] * self.num_nodes + edges[:, 1]
         if not bool((keys[1:] > keys[:-1]).all()):  # the builders' edge_index is sorted: no argsort
             edges = edges[torch.argsort(keys)]

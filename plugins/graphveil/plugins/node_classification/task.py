@@ -18,6 +18,8 @@ from graphveil.data.node_graph import NodeGraph
 from graphveil.data.node_split import planetoid_full_split, random_node_split
 
 RAW = "raw"
+#: rows per forward pass when a row-wise model predicts every node
+PREDICT_ROWS = 2**16
 RELEASED = "released:"
 _MECHANISM_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -191,7 +193,12 @@ class NodeClassification(Task):
         x = self.features().to(self._device(model))
         model.eval()
         try:
-            return self._logits(model, x, None).argmax(dim=1).cpu()
+            if self.edges() is not None:
+                return self._logits(model, x, None).argmax(dim=1).cpu()
+            # a row-wise model, PREDICT_ROWS rows at a time: activations stay in cache (issue 28:
+            # 1.6x faster at 10^6 nodes than one pass), the same predictions
+            return torch.cat([model(x[i:i + PREDICT_ROWS]).argmax(dim=1).cpu()
+                              for i in range(0, x.shape[0], PREDICT_ROWS)])
         finally:
             model.train()
 
