@@ -17,6 +17,8 @@ batches). Stages, as :class:`~graphveil.run.session.TrainingSession` runs them: 
 (``load_data``), ``split`` (``task.setup``), ``sampler`` (``sampler.prepare``: the degree bound,
 cap or record set), ``calibrate`` (``accountant.calibrate``), ``prepare`` (the plan's releases
 before training — GAP's encoder and PMA —, the model and optimizer), ``train`` (100 steps), ``evaluate``.
+Beside them, ``reference`` (:func:`reference_passes`): plain O(E) tensor passes over the loaded
+edges, no GraphVeil code, the yardstick for what linear work grows at on this machine.
 
 Each (method, size) cell runs in a fresh process (``--timeout`` seconds at most); its peak RSS
 per stage is Linux's ``VmHWM``, reset before each stage (``/proc/self/clear_refs``), and the
@@ -45,7 +47,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ("relational_edge", "dp_mlp", "gap_edge", "gap_node")
-STAGES = ("load", "split", "sampler", "calibrate", "prepare", "train", "evaluate")
+STAGES = ("load", "reference", "split", "sampler", "calibrate", "prepare", "train", "evaluate")
 STEPS = 100
 #: mean degree of the generated graphs: n = 2E / DEGREE nodes
 DEGREE = 20
@@ -145,6 +147,18 @@ class Stages:
         setattr(obj, attr, lambda *a, **k: self.run(name, fn, *a, **k))
 
 
+def reference_passes(graph: Any) -> None:
+    """Plain O(E) tensor work on the loaded edges, no GraphVeil code: a copy, a comparison
+    counted, a sum, three times each. Its exponent is what linear, memory-bound work grows at on
+    this machine between the sizes (the edges outgrow the last-level cache), the yardstick for
+    the stages' exponents."""
+    edges = graph.edge_index if hasattr(graph, "edge_index") else graph.edges.t()
+    for _ in range(3):
+        edges.clone()
+        int((edges[0] < edges[1]).sum())
+        edges[0] + edges[1]
+
+
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
@@ -160,6 +174,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     before = _status_mb("VmRSS")
     stages = Stages()
     session.graph = stages.run("load", session.load_data)
+    stages.run("reference", reference_passes, session.graph)
     stages.wrap(session.task, "setup", "split")
     stages.wrap(session.sampler, "prepare", "sampler")
     stages.wrap(session.accountant, "calibrate", "calibrate")
@@ -322,7 +337,9 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
         for stage in STAGES:
             pts = [(c["edges"], c["cpu_seconds"][stage]) for c in ok if stage in c["cpu_seconds"]]
             if pts and max(s for _, s in pts) >= MIN_SECONDS:
-                ax.plot(*zip(*pts, strict=True), marker="o", label=stage)
+                style = {"color": "0.5", "linestyle": "--", "label": "reference: plain O(E) passes"} \
+                    if stage == "reference" else {"label": stage}
+                ax.plot(*zip(*pts, strict=True), marker="o", **style)
         xs = [c["edges"] for c in ok]
         if xs:  # a reference line of slope 1 through the first size's largest stage
             y0 = max(ok[0]["cpu_seconds"].values())

@@ -1445,8 +1445,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "subgraph-both-ends", "RelationalGraph.subgraph keeps a relation only when both ends are kept "
         "(issue 28's mask gather): one end lets cross relations into a side",
         (("framework/graphveil/data/graph.py",
-          "        inside = keep[self.edges.reshape(-1)].view(-1, 2).all(dim=1)\n",
-          "        inside = keep[self.edges.reshape(-1)].view(-1, 2).any(dim=1)  # MUTANT\n"),),
+          "        inside = keep[self.edges[:, 0]] & keep[self.edges[:, 1]]\n",
+          "        inside = keep[self.edges[:, 0]] | keep[self.edges[:, 1]]  # MUTANT\n"),),
     ),
     Mutant(
         "subgraph-remap-rank", "RelationalGraph.subgraph re-indexes an entity by its rank among the kept "

@@ -55,7 +55,7 @@ class RelationalGraph:
             keep = torch.zeros(self.num_nodes, dtype=torch.bool)
             keep[nodes.to(torch.long)] = True
         # a gather from an n-byte mask, not an 8n-byte index table: it stays in cache at 10^6 entities
-        inside = keep[self.edges.reshape(-1)].view(-1, 2).all(dim=1)
+        inside = keep[self.edges[:, 0]] & keep[self.edges[:, 1]]
         remap = keep.cumsum(0) - 1  # entity i -> its rank among the kept (read only where kept)
         idx = keep.nonzero().flatten()
         positions = idx.tolist()
