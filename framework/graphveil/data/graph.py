@@ -50,6 +50,9 @@ class RelationalGraph:
         re-indexed ``0..k-1``."""
         nodes = torch.as_tensor(nodes)
         if nodes.dtype == torch.bool:
+            if nodes.shape != (self.num_nodes,):
+                raise ValueError(f"{self.name}: a subgraph mask must have shape ({self.num_nodes},), "
+                                 f"got {tuple(nodes.shape)}")
             keep = nodes
         else:
             keep = torch.zeros(self.num_nodes, dtype=torch.bool)
