@@ -8,6 +8,9 @@ back through the ``parquet`` source, so "load" is the real loader. Runs (``--met
 
 * ``relational_edge`` — the demo's edge-level relational run (``examples/cora_features_edge.yaml``:
   Poisson tuples + decoupled negatives, per-tuple clipping, a weight per feature);
+* ``relational_entity`` — the same at entity level with paper 2's degree cap K = 5, coupled
+  Poisson/WOR sampling, FREQ-CLIP and its Thm 3 accountant (``examples/entity_freq_clip.yaml``'s
+  privacy pieces on the feature encoder);
 * ``dp_mlp`` — paper 4's DP-MLP at node level (``examples/dp_mlp_cora.yaml``);
 * ``gap_edge`` / ``gap_node`` — GAP at edge level and at node level with D = the graph's largest
   degree (``examples/gap_cora.yaml``; its encoder trains 100 steps too).
@@ -46,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-METHODS = ("relational_edge", "dp_mlp", "gap_edge", "gap_node")
+METHODS = ("relational_edge", "relational_entity", "dp_mlp", "gap_edge", "gap_node")
 STAGES = ("load", "reference", "split", "sampler", "calibrate", "prepare", "train", "evaluate")
 STEPS = 100
 #: mean degree of the generated graphs: n = 2E / DEGREE nodes
@@ -54,6 +57,8 @@ DEGREE = 20
 FEATURES, CLASSES = 32, 5
 #: a stage shorter than this is noise at every size: its slope is not reported
 MIN_SECONDS = 0.05
+#: one colour per stage in every panel (matplotlib's cycle without its grey: the reference is grey)
+STAGE_COLOURS = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9")
 
 
 # ------------------------------------------------------------------------------------------- configs
@@ -97,6 +102,12 @@ def run_config(method: str, data: dict[str, Any], meta: dict[str, Any]) -> dict[
             "evaluation": {"batch_size": 256},
             "privacy": {"target_epsilon": 8},
         }
+    elif method == "relational_entity":
+        cfg = run_config("relational_edge", data, meta)
+        cfg.update(sampler={"name": "entity_poisson_wor", "batch_size": 256, "k_neg": 4, "degree_cap": 5},
+                   clipper={"name": "freq_clip", "clip_norm": 1.0}, accountant={"name": "coupled_rdp_freq"},
+                   name=f"scale-{method}")
+        return cfg
     elif method == "dp_mlp":
         cfg = _node_base(data)
     elif method == "gap_edge":
@@ -338,7 +349,7 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
             pts = [(c["edges"], c["cpu_seconds"][stage]) for c in ok if stage in c["cpu_seconds"]]
             if pts and max(s for _, s in pts) >= MIN_SECONDS:
                 style = {"color": "0.5", "linestyle": "--", "label": "reference: plain O(E) passes"} \
-                    if stage == "reference" else {"label": stage}
+                    if stage == "reference" else {"color": STAGE_COLOURS[STAGES.index(stage)], "label": stage}
                 ax.plot(*zip(*pts, strict=True), marker="o", **style)
         xs = [c["edges"] for c in ok]
         if xs:  # a reference line of slope 1 through the first size's largest stage
@@ -353,7 +364,17 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
         row[0].set_ylabel("CPU seconds per stage")
     for ax in list(axes.flat)[len(methods):]:
         ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7)
+    legend = {}  # one colour per stage in every panel, one legend for all of them
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    spare = list(axes.flat)[len(methods):]
+    if spare:
+        spare[0].set_visible(True)
+        spare[0].axis("off")
+        spare[0].legend(legend.values(), legend.keys(), loc="center", fontsize=9)
+    else:
+        axes.flat[0].legend(legend.values(), legend.keys(), fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
