@@ -457,20 +457,28 @@ def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> RunConfig
         raise ConfigError(format_validation_error(source, exc)) from exc
 
 
+def read_yaml_file(path: str | Path, what: str = "config") -> Any:
+    """The YAML document in ``path`` (``None`` for an empty file).
+
+    :raises ConfigError: ``no such <what> file``, not UTF-8 text, or not valid YAML, naming the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such {what} file")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc})") from exc
+
+
 def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
     """Read a YAML run config, apply ``--set`` overrides, validate.
 
     :raises ConfigError: naming the file, the field and the bad value.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc})") from exc
+    raw = read_yaml_file(path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
     raw = apply_overrides(drop_source_options(raw, overrides or []), overrides or [])

@@ -62,6 +62,7 @@ from graphveil.connectors.flower.settings import (
     task_kind,
 )
 from graphveil.contract.errors import ConfigError
+from graphveil.run.config import read_yaml_file
 
 #: ``--partition`` names → :data:`graphveil.data.partition.KINDS`.
 PARTITIONS = {"random": "random", "label-skew": "labels", "communities": "communities"}
@@ -91,12 +92,7 @@ class SimulationConfig:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> SimulationConfig:
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such simulation config file")
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+        raw = read_yaml_file(path, "simulation config")
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: expected a mapping of sections (data, sampler, ..., site)")
         sections = {}
