@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from graphveil.data.graph import RelationalGraph
@@ -95,3 +97,20 @@ TINY = {
     "privacy": {"target_epsilon": 8.0},
     "evaluation": {"batch_size": 64},
 }
+
+
+def tiny_lora_encoder(texts: list[str], *, weight_seed: int = 0, **params: Any) -> Any:
+    """tiny-bert + LoRA (built from a config: nothing downloaded) with every trainable weight
+    drawn from N(0, 0.3²) by a generator seeded ``weight_seed`` (lora_B starts at 0: random
+    weights give every factor a gradient), prepared on a relation-free graph of ``texts``.
+    ``params``: the other :class:`HfLoraParams` fields (max_length, lora_layers, seed, ...)."""
+    from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
+
+    enc = HfLoraEncoder(HfLoraParams(model="tiny-bert", **params))
+    gen = torch.Generator().manual_seed(weight_seed)
+    with torch.no_grad():
+        for p in enc.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    enc.prepare(RelationalGraph("toy", [str(i) for i in range(len(texts))], torch.zeros(0, 2, dtype=torch.long),
+                                texts=texts))
+    return enc

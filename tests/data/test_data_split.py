@@ -79,7 +79,7 @@ def test_subgraph_by_indices_or_mask_is_the_induced_subgraph(n: int, data: st.Da
         assert sub.edges.dtype == torch.int64 and sub.edges.shape[1] == 2
         want = [[rows.index(u), rows.index(v)] for u, v in g.edges.tolist() if u in rows and v in rows]
         assert sub.edges.tolist() == want  # order of g's relations kept
-    with pytest.raises(ValueError, match=r"mask must have shape \(%d,\), got \(%d,\)" % (n, n + 1)):
+    with pytest.raises(ValueError, match=rf"mask must have shape \({n},\), got \({n + 1},\)"):
         g.subgraph(torch.ones(n + 1, dtype=torch.bool))
 
 

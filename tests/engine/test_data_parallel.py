@@ -17,11 +17,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from _toy import tiny_lora_encoder
 
 from graphveil.contract.clipper import Clipper
 from graphveil.contract.profiles import PrivacyUnit, SensitivityKind
 from graphveil.contract.sampler import TupleBatch
-from graphveil.data.graph import RelationalGraph
 from graphveil.engine.data_parallel import DataParallel
 from graphveil.engine.dp_step import GaussianNoise, dp_step
 from graphveil.plugins.relational.losses import LossSpec, batch_losses
@@ -53,17 +53,8 @@ def losses(enc, batch: TupleBatch) -> torch.Tensor:
 
 
 def make_encoder():
-    from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
-
-    enc = HfLoraEncoder(HfLoraParams(model="tiny-bert", max_length=8, lora_layers=1, seed=1))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in enc.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
     texts = [f"entity {i} " + "word " * (i % 5) for i in range(N_ENTITIES)]
-    enc.prepare(RelationalGraph("toy", [str(i) for i in range(N_ENTITIES)],
-                                torch.zeros(0, 2, dtype=torch.long), texts=texts))
-    return enc
+    return tiny_lora_encoder(texts, max_length=8, lora_layers=1, seed=1)
 
 
 def make_batch(b: int, seed: int, nan_at: tuple[int, ...]) -> TupleBatch:

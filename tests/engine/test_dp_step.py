@@ -7,13 +7,13 @@ import math
 
 import pytest
 import torch
+from _toy import tiny_lora_encoder
 from scipy import stats
 
 from graphveil.contract.clipper import Clipper
 from graphveil.contract.errors import PluginError
 from graphveil.contract.profiles import PrivacyUnit, SensitivityKind
 from graphveil.contract.sampler import TupleBatch
-from graphveil.data.graph import RelationalGraph
 from graphveil.engine import noise as noise_module
 from graphveil.engine.dp_step import (
     GaussianNoise,
@@ -45,16 +45,8 @@ class StandardClip(Clipper):
 
 
 def make_encoder():
-    from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
-
-    enc = HfLoraEncoder(HfLoraParams(model="tiny-bert", max_length=10, lora_layers=2, seed=1))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in enc.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
     texts = [f"entity {i} " + "word " * (i % 6) for i in range(N_ENTITIES)]
-    enc.prepare(RelationalGraph("toy", [str(i) for i in range(N_ENTITIES)], torch.zeros(0, 2, dtype=torch.long), texts=texts))
-    return enc
+    return tiny_lora_encoder(texts, max_length=10, lora_layers=2, seed=1)
 
 
 def make_batch(b: int, k: int, seed: int = 0, masked: int = 0) -> TupleBatch:

@@ -11,12 +11,12 @@ import warnings
 
 import pytest
 import torch
+from _toy import tiny_lora_encoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
 from graphveil.contract.errors import PluginError
-from graphveil.data.graph import RelationalGraph
 from graphveil.engine.per_tuple import PerTupleGrad
 from graphveil.plugins.relational.losses import tuple_losses
 
@@ -63,18 +63,9 @@ def check(model, batch_forward, tuple_forward, b, mode, seed=0):
 
 @pytest.fixture(scope="module")
 def lora_encoder():
-    from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
-
-    enc = HfLoraEncoder(HfLoraParams(model="tiny-bert", max_length=12, lora_rank=4, lora_layers=1, seed=3))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # lora_B starts at 0: randomise so every factor has a gradient
-        for p in enc.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
     words = "graph privacy tuple entity relation noise clip adam lora token text model".split()
     texts = [" ".join(words[j % len(words)] for j in range(i, i + 1 + i % 9)) for i in range(24)]
-    graph = RelationalGraph("toy", [str(i) for i in range(24)], torch.zeros(0, 2, dtype=torch.long), texts=texts)
-    enc.prepare(graph)
-    return enc
+    return tiny_lora_encoder(texts, max_length=12, lora_rank=4, lora_layers=1, seed=3)
 
 
 @FAST
@@ -120,15 +111,8 @@ def test_lora_sum_equals_plain_backward(lora_encoder):
 
 def test_lora_dropout_keeps_the_decomposition():
     """LoRA dropout (train mode) draws per-token masks: compare on the SAME forward graph."""
-    from graphveil.plugins.hf_lora.encoder import HfLoraEncoder, HfLoraParams
-
-    enc = HfLoraEncoder(HfLoraParams(model="tiny-bert", max_length=8, lora_dropout=0.5, seed=4))
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in enc.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
     texts = [f"text number {i} " + "x " * i for i in range(8)]
-    enc.prepare(RelationalGraph("d", [str(i) for i in range(8)], torch.zeros(0, 2, dtype=torch.long), texts=texts))
+    enc = tiny_lora_encoder(texts, weight_seed=1, max_length=8, lora_dropout=0.5, seed=4)
     enc.train()
     torch.manual_seed(0)
     params, b = list(enc.trainable_parameters()), 3
