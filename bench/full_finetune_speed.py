@@ -266,6 +266,15 @@ def worker(args: argparse.Namespace) -> dict:
     return result
 
 
+def noise_transform() -> str:
+    """Which CPU transform the secure noise runs: the fused C kernel or torch's (see
+    graphveil.engine.noise_kernel; GRAPHVEIL_NOISE_KERNEL=off selects torch's)."""
+    from graphveil.engine import noise_kernel
+
+    kernel = noise_kernel.KERNEL
+    return f"fused C kernel ({kernel.simd})" if kernel else "torch (no kernel)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
@@ -310,7 +319,7 @@ def main() -> None:
 
     print(f"\nb={args.batch} tuples, k_neg={args.k_neg} ({args.batch * (2 + args.k_neg)} sequences/step), "
           f"max_length={args.max_length}, threads={args.threads}, {args.steps} timed steps/mode, "
-          f"{os.cpu_count()} CPUs, {time.time() - started:.0f} s\n")
+          f"{os.cpu_count()} CPUs, {time.time() - started:.0f} s; noise transform: {noise_transform()}\n")
     print("| config | trainable | load | non-private s | DP s | DP / non-private (CPU time) | goal | "
           "DP, torch.randn noise / non-private | DP without noise / non-private | "
           "Opacus ghost (per sequence) / non-private (CPU time) |")

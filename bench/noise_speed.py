@@ -13,6 +13,8 @@ repeat so that load from other processes hits them alike:
 * ``add_``: ``GaussianNoise().add_([buffer], σ)`` vs ``buffer.add_(torch.randn(shape), alpha=σ)``
   (what a DP step does to a gradient buffer);
 * the research-seed mode's ``sample`` (the same pipeline keyed from a seeded generator);
+* ``add_`` once more with the torch transform (the fused C kernel of
+  ``graphveil.engine.noise_kernel`` switched off), where the install has the kernel;
 * the draw of a full fine-tuning step of the packaged MiniLM: ``add_`` over its 95 trainable
   gradient tensors (22 563 072 coordinates; shapes below) vs ``randn`` added to each.
 
@@ -34,6 +36,7 @@ from collections.abc import Callable
 
 import torch
 
+from graphveil.engine import noise_kernel
 from graphveil.engine.noise import GaussianNoise
 
 GOAL = 3.0
@@ -68,6 +71,17 @@ def ratio_cell(ours: tuple[float, float], base: tuple[float, float], n: int) -> 
     return f"{best:5.2f}× ({median:5.2f}×)  {goal}"
 
 
+def torch_transform(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn`` with the fused noise kernel switched off (the torch transform of the same noise)."""
+    def run() -> None:
+        kept, noise_kernel.KERNEL = noise_kernel.KERNEL, None
+        try:
+            fn()
+        finally:
+            noise_kernel.KERNEL = kept
+    return run
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -92,6 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{datetime.date.today()}  {cpu_model()}, {os.cpu_count()} CPUs; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; best (median) of {args.repeats}; "
           f"load average {os.getloadavg()[0]:.2f}")
+    kernel = noise_kernel.KERNEL
+    print(f"noise transform: {'fused C kernel (' + kernel.simd + ')' if kernel else 'torch (no kernel in this install)'}")
     print(f"{'coords':>10} | {'randn·σ':>17} | {'CSPRNG sample':>17} | {'research sample':>17} | "
           f"{'sample: CSPRNG/randn':>34} | {'buf.add_(randn)':>17} | {'CSPRNG add_':>17} | "
           f"{'add_: CSPRNG/randn':>34}")
@@ -104,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
             "research": lambda n=n: research.sample((n,), std),
             "randn_add": lambda b=buf_r, n=n: b.add_(torch.randn(n, generator=seeded), alpha=std),
             "csprng_add": lambda b=buf_c: csprng.add_([b], std),
+            **({"torch_add": torch_transform(lambda b=buf_c: csprng.add_([b], std))} if kernel else {}),
         }, args.repeats)
 
         def cell(name: str, t: dict = t) -> str:
@@ -111,7 +128,9 @@ def main(argv: list[str] | None = None) -> None:
 
         print(f"{n:>10.2e} | {cell('randn')} | {cell('csprng')} | {cell('research')} | "
               f"{ratio_cell(t['csprng'], t['randn'], n):>34} | {cell('randn_add')} | {cell('csprng_add')} | "
-              f"{ratio_cell(t['csprng_add'], t['randn_add'], n):>34}")
+              f"{ratio_cell(t['csprng_add'], t['randn_add'], n):>34}"
+              + (f" | torch transform add_ {cell('torch_add')}: {t['torch_add'][0] / t['randn_add'][0]:.2f}× randn"
+                 if kernel else ""))
     grads_r = [torch.zeros(s) for s in MINILM_FULL]
     grads_c = [torch.zeros(s) for s in MINILM_FULL]
 

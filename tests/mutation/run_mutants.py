@@ -206,6 +206,30 @@ MUTANTS: tuple[Mutant, ...] = (
           "        self.work = torch.empty(3 * _pairs(_CHUNK), dtype=torch.float32)  # MUTANT\n"),),
     ),
     Mutant(
+        "noise-kernel-sine", "the fused kernel's sine output of each pair (its cosine again: adjacent coordinates share a term)",
+        (("framework/graphveil/engine/_noise_kernel.c",
+          "(S[j] * U[j] + U[j + 1] * C[j + 1])",
+          "(C[j] * U[j] + U[j + 1] * C[j + 1]) /* MUTANT */"),),
+    ),
+    Mutant(
+        "noise-kernel-next-pair", "the fused kernel's sum over two different pairs (both outputs of one pair: two uniforms)",
+        (("framework/graphveil/engine/_noise_kernel.c",
+          "(S[j] * U[j] + U[j + 1] * C[j + 1])",
+          "(S[j] * U[j] + U[j] * C[j]) /* MUTANT */"),),
+    ),
+    Mutant(
+        "noise-kernel-mask", "the fused kernel's 53-bit uniforms (the whole 64-bit word: u leaves (0, 1])",
+        (("framework/graphveil/engine/_noise_kernel.c",
+          "#define MASK53 ((UINT64_C(1) << 53) - 1)\n",
+          "#define MASK53 (~UINT64_C(0)) /* MUTANT */\n"),),
+    ),
+    Mutant(
+        "noise-kernel-tile-pairs", "the fused kernel's extra pair of each tile (n pairs for n coordinates: the last one's next pair is stale)",
+        (("framework/graphveil/engine/_noise_kernel.c",
+          "const int64_t n = k - t < TILE ? k - t : TILE, p = n + 1;",
+          "const int64_t n = k - t < TILE ? k - t : TILE, p = n; /* MUTANT */"),),
+    ),
+    Mutant(
         "noise-device-key", "the per-draw key of the device generator (CUDA path; a fixed seed)",
         (("framework/graphveil/engine/noise.py",
           "    generator.manual_seed(int.from_bytes(secret[:8], \"little\"))\n",
@@ -1487,7 +1511,10 @@ def source_files(repo: Path) -> list[str]:
             continue
         if (repo / rel).is_file():  # tracked files deleted in the working tree are skipped
             files.append(rel)
-    return files
+    # the install's compiled extensions (ignored by git): a copy runs the checkout's noise kernel,
+    # and a mutated kernel source no longer matches it (tests/engine/test_noise_kernel.py)
+    built = [str(p.relative_to(repo)) for root in ("framework", "plugins", "connectors") for p in (repo / root).rglob("*.so")]
+    return files + sorted(built)
 
 
 def make_copy(repo: Path, files: list[str], dest: Path) -> None:

@@ -15,6 +15,7 @@ import yaml
 from graphveil.contract.errors import ConfigError, PrivacyError
 from graphveil.data.graph import RelationalGraph
 from graphveil.engine import noise as noise_module
+from graphveil.engine import noise_kernel
 from graphveil.engine.noise import GaussianNoise, csprng_bytes, secure_standard_normal
 from graphveil.privacy import default_delta
 from graphveil.privacy.delta import DEFAULT_DELTA_RULE
@@ -183,8 +184,19 @@ def binomial_bounds(n: int, p: float) -> tuple[float, float]:
     return stats.binom.ppf(TAIL, n, p), stats.binom.isf(TAIL, n, p)
 
 
+@pytest.fixture(params=["kernel", "torch"])
+def transform(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The noise's CPU transform: the fused C kernel (if the install built it) or the torch one
+    (also the device path's arithmetic)."""
+    if request.param == "torch":
+        monkeypatch.setattr(noise_kernel, "KERNEL", None)
+    elif noise_kernel.KERNEL is None:
+        pytest.skip("the install has no noise kernel (graphveil.engine._noise_kernel)")
+    return request.param
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-def test_keystream_noise_is_the_reference_computation(threads: int) -> None:
+def test_keystream_noise_is_the_reference_computation(threads: int, transform: str) -> None:
     """Pins the whole CPU path to an independent reference: one sequential AES-256-CTR encryptor
     under the draw's key and counter, 53-bit uniforms, and per coordinate the sum of TWO
     Box–Muller outputs of two DIFFERENT pairs (four uniforms: this pair's sine, the next pair's
@@ -239,7 +251,7 @@ def test_keystream_noise_is_standard_normal() -> None:
     assert stats.chi2.ppf(TAIL, 99) < chi2 < stats.chi2.isf(TAIL, 99)
 
 
-def test_adjacent_coordinates_are_independent() -> None:
+def test_adjacent_coordinates_are_independent(transform: str) -> None:
     """Coordinates j and j + 1 share Box–Muller pair j + 1 (its cosine output in j, its sine
     output in j + 1): they are independent only because the two outputs of a pair are. Fails if
     one output fed both (the sine replaced by the cosine: correlation 1/2) or a radius or angle
@@ -272,7 +284,7 @@ def test_noise_tails_are_gaussian_and_bounded() -> None:
     assert float(z.max()) <= 2 * MAX_RADIUS / math.sqrt(2)
 
 
-def test_noise_is_formed_in_float64_and_rounded_once() -> None:
+def test_noise_is_formed_in_float64_and_rounded_once(transform: str) -> None:
     """Why not the parameter's dtype: a sum of two float32 terms of size ~1 is a multiple of
     2⁻²⁴ (or coarser), so small float32 noise values would sit on that grid — the holes a
     floating-point attack tests for. Formed in float64 and rounded once, a float32 value in

@@ -88,6 +88,19 @@ released value is below about 2⁻²⁷·σC in magnitude, probability ≈ 4·10
 previous code, float64 cast to float32, had the same bound). So the parameter's dtype is used
 where that is safe: for the one final rounding.
 
+**The fused CPU kernel.** Where the install built it (x86-64 Linux with a C compiler; a CPU
+with AVX-512 or AVX2), each chunk's transform and add run in C (``_noise_kernel.c``, loaded by
+:mod:`graphveil.engine.noise_kernel`): the float64 operations above in the same order, on tiles
+that stay in the L1 cache, with glibc's SIMD ``log``, ``sin`` and ``cos`` (libmvec, at most 4 ulp
+by glibc's documentation) in place of numpy's ``log`` and torch's ``sin`` and ``cos``. The
+keystream, its layout and the chunks are unchanged, so the noise is the same function of
+``(key, c₀, n)`` to a few float64 ulp, and the argument above holds as it stands: four 53-bit
+uniforms per coordinate, float64 to the one final rounding (a few ulp of error in ``sin`` moves
+a value by ~10⁻¹⁵ and takes no bit from the uniforms). A research seed reproduces the same
+noise on machines with the same transform; between the kernel and the torch transform it can
+differ in the last float64 bits (invisible after rounding to float32 but for ~1 coordinate in
+10⁷). Without the kernel, or for other dtypes (bfloat16, float16), the torch transform runs.
+
 **Other devices (CUDA).** The noise is drawn on the tensor's device, never copied from the
 host: a ``torch.Generator`` of that device (on CUDA: Philox4x32-10, Salmon et al., "Parallel
 random numbers: as easy as 1, 2, 3", SC 2011) is created for each draw, seeded with 64 bits of
@@ -120,6 +133,8 @@ from typing import Literal
 
 import numpy as np
 import torch
+
+from graphveil.engine import noise_kernel
 
 logger = logging.getLogger(__name__)
 _WARNED = False
@@ -278,7 +293,7 @@ def keystream_noise_add_(flat: torch.Tensor, scale: float, secret: bytes, thread
 
     ``secret`` is the draw's 48 secret bytes; ``threads`` defaults to ``torch.get_num_threads()``.
     """
-    n = flat.numel()
+    n, kernel = flat.numel(), noise_kernel.KERNEL
 
     def chunk(start: int) -> Callable[[], None]:
         def run() -> None:
@@ -286,8 +301,11 @@ def keystream_noise_add_(flat: torch.Tensor, scale: float, secret: bytes, thread
             words = _WORDS * _pairs(k)
             # this chunk's own counter range: blocks c₀ + (start/B)·(B + 1) onwards
             _encryptor(secret, start // _CHUNK * _pairs(_CHUNK)).update_into(_ZEROS[: 8 * words], scratch.stream)
-            z = box_muller_chain(scratch.words[:words], scratch.work)
-            flat[start : start + k].add_(z, alpha=scale)
+            target = flat[start : start + k]
+            if kernel is not None and kernel.supports(target):
+                kernel.chain_add_(scratch.words[:words], target, scale)
+            else:
+                target.add_(box_muller_chain(scratch.words[:words], scratch.work), alpha=scale)
 
         return run
 
