@@ -8,6 +8,7 @@ per-tuple gradients, auto) must give the same norms and the same weighted sum Σ
 from __future__ import annotations
 
 import warnings
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from graphveil.contract.errors import PluginError
+from graphveil.engine.grad_samplers import groups as groups_module
 from graphveil.engine.per_tuple import PerTupleGrad
 from graphveil.plugins.relational.losses import tuple_losses
 
@@ -169,8 +171,11 @@ def _tuple_loss(out: torch.Tensor, s: int) -> torch.Tensor:
     dim=st.integers(1, 6),
     mode=st.sampled_from(MODES),
     seed=st.integers(0, 10_000),
+    block=st.sampled_from([1, 2, 32]),
 )
-def test_embedding_and_linear_match_naive(b, s, tokens, vocab, dim, mode, seed):
+def test_embedding_and_linear_match_naive(b, s, tokens, vocab, dim, mode, seed, block):
+    """``block``: tokens per block of the ghost norm's Gram matrices (1, 2: up to four blocks of
+    a tuple's s·tokens tokens, the last one shorter where they do not divide; 32: one block)."""
     torch.manual_seed(seed)
     model = TokenModel(vocab, dim, 3)
     ids = torch.randint(0, vocab, (b * s, tokens))  # includes padding index 0 (no gradient)
@@ -178,7 +183,17 @@ def test_embedding_and_linear_match_naive(b, s, tokens, vocab, dim, mode, seed):
     def rows(i):
         return ids[i * s : (i + 1) * s]
 
-    check(model, lambda: _tuple_loss(model(ids), s), lambda i: _tuple_loss(model(rows(i)), s)[0], b, mode, seed)
+    with patch.object(groups_module, "BLOCK_TOKENS", block):
+        check(model, lambda: _tuple_loss(model(ids), s), lambda i: _tuple_loss(model(rows(i)), s)[0], b, mode, seed)
+
+
+@pytest.mark.parametrize("length, block, want", [
+    (128, 32, [(0, 32), (32, 64), (64, 96), (96, 128)]), (31, 32, [(0, 31)]), (64, 32, [(0, 32), (32, 64)]),
+    (1000, 32, [(0, 250), (250, 500), (500, 750), (750, 1000)]), (7, 2, [(0, 3), (3, 6), (6, 7)]), (1, 1, [(0, 1)]),
+])
+def test_token_blocks_cover_the_tokens_once(length, block, want):
+    with patch.object(groups_module, "BLOCK_TOKENS", block):
+        assert groups_module.token_blocks(length) == want
 
 
 @FAST
@@ -224,12 +239,15 @@ class Attention(nn.Module):
         return (h * weights).sum(1) / weights.sum(1)
 
 
+@pytest.mark.parametrize("block", [32, 2])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("b, s, width, out, seed", [(1, 1, 4, 9, 0), (3, 2, 5, 3, 1), (4, 3, 6, 6, 2)])
-def test_shared_input_grams_and_folded_factors_match_naive(b, s, width, out, seed, mode, dtype, monkeypatch):
+def test_shared_input_grams_and_folded_factors_match_naive(b, s, width, out, seed, mode, dtype, block, monkeypatch):
+    """``block``: one Gram block per tuple (32 tokens) or blocks of 2 tokens (up to four)."""
     from graphveil.engine.grad_samplers.linear import LinearSampler
 
+    monkeypatch.setattr(groups_module, "BLOCK_TOKENS", block)
     torch.manual_seed(seed)
     model = Attention(width, out).to(dtype)
     x = torch.randn(b * s, width, width, dtype=dtype)  # tokens == width: x and xᵀ have one shape
@@ -237,7 +255,7 @@ def test_shared_input_grams_and_folded_factors_match_naive(b, s, width, out, see
     mask = torch.arange(width)[None, :] < lengths[:, None]  # padding masks of varying lengths
     calls = []
     gram = LinearSampler.gram
-    monkeypatch.setattr(LinearSampler, "gram", lambda self, a: calls.append(self.name) or gram(self, a))
+    monkeypatch.setattr(LinearSampler, "gram", lambda self, a, b: calls.append(self.name) or gram(self, a, b))
 
     def rows(i):
         return slice(i * s, (i + 1) * s)
@@ -245,7 +263,8 @@ def test_shared_input_grams_and_folded_factors_match_naive(b, s, width, out, see
     check(model, lambda: _tuple_loss(model(x, mask), s), lambda i: _tuple_loss(model(x[rows(i)], mask[rows(i)]), s)[0],
           b, mode, seed)
     if mode == "ghost":  # per engine (verify off, on): q, k, v share one Gram; t, up, down their own
-        assert calls == ["q", "t", "up", "down"] * 2
+        blocks = len(groups_module.token_blocks(s * width))  # a tuple's tokens (t's: the same count)
+        assert calls == [name for name in ("q", "t", "up", "down") for _ in range(blocks)] * 2
 
 
 def test_factors_fold_into_either_record_of_a_ghost_linear():

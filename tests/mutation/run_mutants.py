@@ -1301,8 +1301,21 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "ghost-cross-term", "the cross-token terms of the ghost norm (only t = t' pairs summed)",
         (("framework/graphveil/engine/grad_samplers/groups.py",
-          "        return (self._gram(a, gram, share) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2)).double()\n",
-          "        return (self._gram(a, gram, share).diagonal(0, 1, 2) * (g * g).sum(-1)).sum(1).double()  # MUTANT\n"),),
+          "            out += terms[:, :, : hi - lo].sum((1, 2)).double() + 2 * terms[:, :, hi - lo :].sum((1, 2)).double()\n",
+          "            out += terms[:, :, : hi - lo].diagonal(0, 1, 2).sum(1).double()  # MUTANT\n"),),
+    ),
+    Mutant(
+        "ghost-block-twice", "the second count of the ghost norm's off-diagonal Gram blocks (only the upper triangle formed)",
+        (("framework/graphveil/engine/grad_samplers/groups.py",
+          "            out += terms[:, :, : hi - lo].sum((1, 2)).double() + 2 * terms[:, :, hi - lo :].sum((1, 2)).double()\n",
+          "            out += terms.sum((1, 2)).double()  # MUTANT\n"),),
+        note="one block (tuples under 64 tokens) hides it: the tests force blocks of 1 and 2 tokens",
+    ),
+    Mutant(
+        "ghost-block-key", "the token block in the key of a shared input Gram (every block reuses the first one's)",
+        (("framework/graphveil/engine/grad_samplers/groups.py",
+          "        key = (share, a.data_ptr(), tuple(a.shape), a.stride(), a.dtype, a.device, lo, hi)\n",
+          "        key = (share, a.data_ptr(), tuple(a.shape), a.stride(), a.dtype, a.device)  # MUTANT\n"),),
     ),
     Mutant(
         "bookkeeping-factors", "the clipping factors in a ghost linear's weighted sum (unclipped sum)",
@@ -1325,8 +1338,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "shared-gram-strides", "the strides in the key of a shared input Gram (xᵀ shares x's Gram)",
         (("framework/graphveil/engine/grad_samplers/groups.py",
-          "        key = (share, a.data_ptr(), tuple(a.shape), a.stride(), a.dtype, a.device)\n",
-          "        key = (share, a.data_ptr(), tuple(a.shape), a.dtype, a.device)  # MUTANT\n"),),
+          "        key = (share, a.data_ptr(), tuple(a.shape), a.stride(), a.dtype, a.device, lo, hi)\n",
+          "        key = (share, a.data_ptr(), tuple(a.shape), a.dtype, a.device, lo, hi)  # MUTANT\n"),),
     ),
     Mutant(
         "output-edges", "the recorded outputs as what the engine's backward differentiates",

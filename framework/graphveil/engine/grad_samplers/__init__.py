@@ -169,8 +169,8 @@ class GradSampler:
         """Adjust the ghost pairs before use (e.g. drop an embedding's padding tokens)."""
         return a, g
 
-    def gram(self, a: torch.Tensor) -> torch.Tensor:
-        """Token similarities ``(R, L, L)`` of canonical inputs (see :data:`.groups.Gram`)."""
+    def gram(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Token similarities ``(R, La, Lb)`` between canonical inputs (see :data:`.groups.Gram`)."""
         raise NotImplementedError
 
     def weighted(

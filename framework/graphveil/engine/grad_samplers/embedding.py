@@ -49,8 +49,8 @@ class EmbeddingSampler(GradSampler):
             g = g * (a != self.module.padding_idx).unsqueeze(-1).to(g.dtype)
         return a, g
 
-    def gram(self, a: torch.Tensor) -> torch.Tensor:
-        return (a.unsqueeze(2) == a.unsqueeze(1)).to(self.params["weight"].dtype)
+    def gram(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a.unsqueeze(2) == b.unsqueeze(1)).to(self.params["weight"].dtype)
 
     def weighted(
         self, rec: LayerRecord, name: str, p: nn.Parameter, factors: torch.Tensor, groups: Groups

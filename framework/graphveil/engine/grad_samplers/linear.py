@@ -57,8 +57,8 @@ class LinearSampler(GradSampler):
                 else:
                     rec.add("weight", groups.outer(g, a))
 
-    def gram(self, a: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(a, a.transpose(1, 2))
+    def gram(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(a, b.transpose(1, 2))
 
     def weighted(
         self, rec: LayerRecord, name: str, p: nn.Parameter, factors: torch.Tensor, groups: Groups
