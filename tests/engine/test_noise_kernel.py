@@ -135,3 +135,14 @@ def test_the_switch_turns_the_kernel_off(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(noise_kernel, "KERNEL", None)
     noise.keystream_noise_add_(out, 1 / math.sqrt(2), secret)
     assert 0.8 < float(out.std()) < 1.2
+
+
+def test_an_unloadable_kernel_falls_back_to_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    """A kernel file that cannot be loaded (here: not a shared library) is reported and skipped."""
+    broken = tmp_path / "_noise_kernel.so"
+    broken.write_bytes(b"not an ELF file")
+    monkeypatch.delenv("GRAPHVEIL_NOISE_KERNEL", raising=False)
+    monkeypatch.setattr(noise_kernel, "built_path", lambda: broken)
+    with caplog.at_level("WARNING", logger="graphveil.engine.noise_kernel"):
+        assert noise_kernel._load() is None
+    assert "cannot be used" in caplog.text

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import logging
 import os
 from pathlib import Path
 
 import torch
 
+logger = logging.getLogger(__name__)
 _ENV = "GRAPHVEIL_NOISE_KERNEL"
 _SIMD = {2: "avx512", 1: "avx2"}
 
@@ -70,7 +72,11 @@ def _load() -> Kernel | None:
     path = built_path()
     if path is None:
         return None
-    kernel = Kernel(path)
+    try:
+        kernel = Kernel(path)
+    except (OSError, AttributeError) as exc:  # unloadable (e.g. no libmvec at run time) or stale
+        logger.warning("the noise kernel %s cannot be used (%s); the noise runs its torch transform", path, exc)
+        return None
     return kernel if kernel.simd is not None else None
 
 
