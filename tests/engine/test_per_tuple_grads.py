@@ -189,7 +189,7 @@ def test_embedding_and_linear_match_naive(b, s, tokens, vocab, dim, mode, seed, 
 
 @pytest.mark.parametrize("length, block, want", [
     (128, 32, [(0, 32), (32, 64), (64, 96), (96, 128)]), (31, 32, [(0, 31)]), (64, 32, [(0, 32), (32, 64)]),
-    (1000, 32, [(0, 250), (250, 500), (500, 750), (750, 1000)]), (7, 2, [(0, 3), (3, 6), (6, 7)]), (1, 1, [(0, 1)]),
+    (1000, 32, [(0, 250), (250, 500), (500, 750), (750, 1000)]), (7, 2, [(0, 3), (3, 6), (6, 7)]), (1, 1, [(0, 1)]), (0, 32, []),
 ])
 def test_token_blocks_cover_the_tokens_once(length, block, want):
     with patch.object(groups_module, "BLOCK_TOKENS", block):
@@ -430,3 +430,13 @@ def test_empty_batch_gives_zero_gradients():
     assert engine.compute(torch.zeros(())).shape == (0,)
     engine.accumulate(torch.zeros(0))
     assert all(torch.equal(p.grad, torch.zeros_like(p)) for p in lin.parameters())
+
+
+def test_a_ghost_layer_over_zero_tokens_has_norm_zero():
+    """Examples whose records have no tokens: the ghost norm is 0 (no Gram block to form)."""
+    from graphveil.engine.grad_samplers.groups import Blocks
+    from graphveil.engine.grad_samplers.linear import LinearSampler
+
+    a, g = torch.zeros(3, 0, 4), torch.zeros(3, 0, 5)
+    sq = Blocks(3).ghost_sq(a, g, lambda x, y: LinearSampler.gram(None, x, y))
+    assert sq.dtype == torch.float64 and torch.equal(sq, torch.zeros(3, dtype=torch.float64))

@@ -42,6 +42,8 @@ def token_blocks(length: int) -> list[tuple[int, int]]:
     128 tokens on CPU, where they are most of the engine's cost). Blocks of at least
     :data:`BLOCK_TOKENS` tokens keep the products large enough to run at full speed.
     """
+    if length <= 0:  # no tokens: no terms, the norm is 0
+        return []
     m = max(1, min(GRAM_BLOCKS, length // BLOCK_TOKENS))
     size = -(-length // m)
     return [(lo, min(lo + size, length)) for lo in range(0, length, size)]
