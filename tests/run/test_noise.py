@@ -115,6 +115,7 @@ def test_research_seed_reproduces_the_run_and_is_recorded() -> None:
     assert report["sampling_seed"] == "fixed"
     plain = session().privacy_report()
     assert plain["noise"] == "csprng-4sum" and plain["research_noise_seed_set"] is False
+    assert plain["noise_transform"] == (f"c-kernel-{noise_kernel.KERNEL.simd}" if noise_kernel.KERNEL else "torch")
     assert plain["sampling_seed"] == "fresh"
 
 

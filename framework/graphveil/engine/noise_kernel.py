@@ -82,3 +82,10 @@ def _load() -> Kernel | None:
 
 #: The kernel this process uses (``None``: the torch transform); ``KERNEL.simd`` names its ISA.
 KERNEL: Kernel | None = _load()
+
+
+def transform_name() -> str:
+    """Which transform this process's CPU noise runs: ``"c-kernel-avx512"``, ``"c-kernel-avx2"``
+    or ``"torch"`` (recorded in ``privacy.json``: a research seed reproduces its noise exactly
+    only on the same transform)."""
+    return f"c-kernel-{KERNEL.simd}" if KERNEL is not None else "torch"

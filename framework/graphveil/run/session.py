@@ -630,6 +630,8 @@ class TrainingSession:
         self.encoder.load_trainable_state(state)
 
     def privacy_report(self) -> dict[str, Any]:
+        from graphveil.engine import noise_kernel
+
         cfg = self.config
         report: dict[str, Any] = {
             "private": cfg.privacy.enabled,
@@ -650,6 +652,9 @@ class TrainingSession:
             # noise is reproducible from privacy.research_noise_seed (and subtractable)
             "noise": self.noise.mode if self.noise is not None else None,
             "research_noise_seed_set": cfg.privacy.research_noise_seed is not None,
+            # the CPU noise's float64 transform: the C kernel or torch's (the same noise to a few
+            # ulp; a CUDA model's noise is drawn on the device)
+            "noise_transform": noise_kernel.transform_name() if self.noise is not None else None,
             # "fixed": config seed (batches reproducible by whoever knows it; amplification by
             # subsampling assumes they are secret); "fresh": OS entropy, written nowhere
             "sampling_seed": "fixed" if self.sampling_seed_fixed else "fresh",
