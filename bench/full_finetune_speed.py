@@ -266,15 +266,6 @@ def worker(args: argparse.Namespace) -> dict:
     return result
 
 
-def noise_transform() -> str:
-    """Which CPU transform the secure noise runs: the fused C kernel or torch's (see
-    graphveil.engine.noise_kernel; GRAPHVEIL_NOISE_KERNEL=off selects torch's)."""
-    from graphveil.engine import noise_kernel
-
-    kernel = noise_kernel.KERNEL
-    return f"fused C kernel ({kernel.simd})" if kernel else "torch (no kernel)"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
@@ -317,9 +308,11 @@ def main() -> None:
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"{config}: done", file=sys.stderr, flush=True)
 
+    from graphveil.engine import noise_kernel  # the workers' transform: the same install
+
     print(f"\nb={args.batch} tuples, k_neg={args.k_neg} ({args.batch * (2 + args.k_neg)} sequences/step), "
           f"max_length={args.max_length}, threads={args.threads}, {args.steps} timed steps/mode, "
-          f"{os.cpu_count()} CPUs, {time.time() - started:.0f} s; noise transform: {noise_transform()}\n")
+          f"{os.cpu_count()} CPUs, {time.time() - started:.0f} s; noise transform: {noise_kernel.transform_name()}\n")
     print("| config | trainable | load | non-private s | DP s | DP / non-private (CPU time) | goal | "
           "DP, torch.randn noise / non-private | DP without noise / non-private | "
           "Opacus ghost (per sequence) / non-private (CPU time) |")

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{torch.get_num_threads()} threads; best (median) of {args.repeats}; "
           f"load average {os.getloadavg()[0]:.2f}")
     kernel = noise_kernel.KERNEL
-    print(f"noise transform: {'fused C kernel (' + kernel.simd + ')' if kernel else 'torch (no kernel in this install)'}")
+    print(f"noise transform: {noise_kernel.transform_name()}")
     print(f"{'coords':>10} | {'randn·σ':>17} | {'CSPRNG sample':>17} | {'research sample':>17} | "
           f"{'sample: CSPRNG/randn':>34} | {'buf.add_(randn)':>17} | {'CSPRNG add_':>17} | "
           f"{'add_: CSPRNG/randn':>34}")

@@ -1,6 +1,6 @@
 """The fused CPU noise transform: ``_noise_kernel.c``, built at install time where it can be.
 
-:func:`chain_add_` is :func:`graphveil.engine.noise.box_muller_chain` followed by the add into the
+:meth:`Kernel.chain_add_` is :func:`graphveil.engine.noise.box_muller_chain` followed by the add into the
 target, in one C pass over tiles that stay in the L1 cache, with glibc's SIMD ``log``, ``sin``
 and ``cos`` (libmvec; AVX-512 or AVX2). Same float64 operations in the same order, rounded once
 into the target; only the elementary functions are other implementations (at most a few ulp
