@@ -29,15 +29,15 @@ def _packages() -> list[str]:
 
 
 def _extensions() -> list[Extension]:
-    """The fused CPU noise transform (graphveil.engine.noise_kernel): glibc's SIMD math on x86-64
-    Linux. Optional: where it does not build (no compiler, no libmvec) the install goes on and the
-    noise keeps its torch transform, the same values to a few ulp, slower."""
+    """The fused CPU noise transform (graphveil.engine.noise_kernel), plain C vectorised for AVX-512
+    and AVX2 on x86-64 Linux. Optional: where it does not build (no C compiler) the install goes on
+    and the noise keeps its torch transform, the same values to a few ulp, slower."""
     if not (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")):
         return []
     return [Extension("graphveil.engine._noise_kernel", ["framework/graphveil/engine/_noise_kernel.c"],
                       # no FMA contraction: the torch transform's roundings, in its order
                       extra_compile_args=["-O3", "-ffp-contract=off", "-fno-math-errno"],
-                      libraries=["mvec", "m"], optional=True)]
+                      libraries=["m"], optional=True)]
 
 
 setup(packages=_packages(), package_dir=LAYERS, ext_modules=_extensions())

@@ -230,6 +230,42 @@ MUTANTS: tuple[Mutant, ...] = (
           "const int64_t n = k - t < TILE ? k - t : TILE, p = n; /* MUTANT */"),),
     ),
     Mutant(
+        "noise-kernel-octant-swap", "the fused kernel's sin/cos swap in octants 1, 2, 5, 6 (swapped in 2, 3, 6, 7)",
+        (("framework/graphveil/engine/_noise_kernel.c",
+          "swap = -(((o + 1) >> 1) & 1);",
+          "swap = -((o >> 1) & 1); /* MUTANT */"),),
+    ),
+    Mutant(
+        "noise-kernel-cos-sign", "the fused kernel's cosine sign (negative in octants 2-5; made that of the sine)",
+        (("framework/graphveil/engine/_noise_kernel.c",
+          "^ (((o + 2) & 4) << 61);",
+          "^ ((o & 4) << 61); /* MUTANT */"),),
+    ),
+    Mutant(
+        "noise-kernel-reflect", "the fused kernel's reflection 2^50 - r in odd octants (off by one: the angle moves by one step)",
+        (("framework/graphveil/engine/_noise_kernel.c",
+          "(odd & (LOW50 + 2))",
+          "(odd & (LOW50 + 1)) /* MUTANT */"),),
+    ),
+    Mutant(
+        "noise-kernel-sine-term", "a term of the fused kernel's sine polynomial (1/13! dropped)",
+        (("framework/graphveil/engine/_noise_kernel.c",
+          "ps = fma(ps, x2, 1.0 / 6227020800.0);",
+          "ps = fma(ps, x2, 0.0); /* MUTANT */"),),
+    ),
+    Mutant(
+        "noise-kernel-log-switch", "the fused kernel's mantissa switch at sqrt(2) (never: f in [1, 2), the series too short)",
+        (("framework/graphveil/engine/_noise_kernel.c",
+          "const uint64_t big = -(uint64_t)((bits & FRAC52) > SQRT2_FRAC);",
+          "const uint64_t big = 0; /* MUTANT */"),),
+    ),
+    Mutant(
+        "noise-kernel-ln2-lo", "the low part of the fused kernel's e ln 2 (dropped: 2e-10 per binade)",
+        (("framework/graphveil/engine/_noise_kernel.c",
+          "fma(e, LN2_HI, fma(e, LN2_LO, ln_f))",
+          "fma(e, LN2_HI, ln_f) /* MUTANT */"),),
+    ),
+    Mutant(
         "noise-device-key", "the per-draw key of the device generator (CUDA path; a fixed seed)",
         (("framework/graphveil/engine/noise.py",
           "    generator.manual_seed(int.from_bytes(secret[:8], \"little\"))\n",

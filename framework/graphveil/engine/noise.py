@@ -90,13 +90,15 @@ where that is safe: for the one final rounding.
 
 **The fused CPU kernel.** Where the install built it (x86-64 Linux with a C compiler; a CPU
 with AVX-512 or AVX2), each chunk's transform and add run in C (``_noise_kernel.c``, loaded by
-:mod:`graphveil.engine.noise_kernel`): the float64 operations above in the same order, on tiles
-that stay in the L1 cache, with glibc's SIMD ``log``, ``sin`` and ``cos`` (libmvec, tested by
-glibc to a 4-ulp maximum relative error) in place of numpy's ``log`` and torch's ``sin`` and ``cos``. The
-keystream, its layout and the chunks are unchanged, so the noise is the same function of
-``(key, c₀, n)`` to a few float64 ulp, and the argument above holds as it stands: four 53-bit
-uniforms per coordinate, float64 to the one final rounding (a few ulp of error in ``sin`` moves
-a value by ~10⁻¹⁵ and takes no bit from the uniforms). A research seed reproduces the same
+:mod:`graphveil.engine.noise_kernel`): the same float64 quantities, combined in the same order,
+on tiles that stay in the L1 cache, with its own vectorised elementary functions in place of
+numpy's ``log`` and torch's ``sin`` and ``cos``: the radius from the exponent and mantissa of
+``u`` (exact) and a series, the sine and cosine from the angle's octant read off the integer
+word (an exact reduction) and Taylor polynomials on [0, π/4]; each within one float64 ulp of a
+long-double reference (tested). The keystream, its layout and the chunks are unchanged, so the
+noise is the same function of ``(key, c₀, n)`` to a few float64 ulp, and the argument above
+holds as it stands: four 53-bit uniforms per coordinate, float64 to the one final rounding (an
+ulp of error in ``sin`` moves a value by ~10⁻¹⁵ and takes no bit from the uniforms). A research seed reproduces the same
 noise on machines with the same transform; between the kernel and the torch transform it can
 differ in the last float64 bits (one draw of 10⁷ coordinates: 67 % of the float64 values
 differed, by at most 2.7·10⁻¹⁵; none after rounding to float32). Without the kernel, or for

@@ -1,10 +1,12 @@
 """The fused CPU noise transform: ``_noise_kernel.c``, built at install time where it can be.
 
 :meth:`Kernel.chain_add_` is :func:`graphveil.engine.noise.box_muller_chain` followed by the add into the
-target, in one C pass over tiles that stay in the L1 cache, with glibc's SIMD ``log``, ``sin``
-and ``cos`` (libmvec; AVX-512 or AVX2). Same float64 operations in the same order, rounded once
-into the target; only the elementary functions are other implementations (at most a few ulp
-apart; ``tests/engine/test_noise_kernel.py`` compares the two). The keystream, its layout, the
+target, in one C pass over tiles that stay in the L1 cache (AVX-512 or AVX2). Same float64
+quantities combined in the same order, rounded once into the target; only the elementary
+functions are other implementations — the kernel's own ``log``-based radius and ``sin``/``cos``
+with an exact octant reduction of the integer angle, each within one float64 ulp of a
+long-double reference (``tests/engine/test_noise_kernel.py`` measures them and compares the two
+transforms). The keystream, its layout, the
 chunks and their threads stay in ``noise.py``: this module only replaces the arithmetic.
 
 The extension is optional (``setup.py``): on a platform without it (not x86-64 Linux, no C
@@ -74,7 +76,7 @@ def _load() -> Kernel | None:
         return None
     try:
         kernel = Kernel(path)
-    except (OSError, AttributeError) as exc:  # unloadable (e.g. no libmvec at run time) or stale
+    except (OSError, AttributeError) as exc:  # unloadable (e.g. another platform's build) or stale
         logger.warning("the noise kernel %s cannot be used (%s); the noise runs its torch transform", path, exc)
         return None
     return kernel if kernel.simd is not None else None
