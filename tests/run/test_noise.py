@@ -214,6 +214,33 @@ def test_keystream_noise_is_the_reference_computation(threads: int, transform: s
     np.testing.assert_allclose(again.numpy(), 0.25 + 3.0 * out.numpy(), rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_call_over_many_tensors_is_the_tensors_drawn_one_by_one(threads: int) -> None:
+    """``add_`` runs the chunks of all its tensors' draws together; each tensor still gets its
+    own draw, the secrets taken in the tensors' order: the same noise as one call per tensor
+    (sizes below, at and above a chunk, and a non-contiguous tensor)."""
+    shapes = [(7,), (noise_module._CHUNK,), (3, noise_module._CHUNK // 2 + 5), (1,), (40, 30)]
+
+    def tensors() -> list[torch.Tensor]:
+        out = [torch.full(s, 0.5) for s in shapes]
+        out[-1] = out[-1].t()  # non-contiguous: drawn in float64 first, then added
+        return out
+
+    together, apart = tensors(), tensors()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        GaussianNoise(research_seed=3).add_(together, 2.0)
+        one_by_one = GaussianNoise(research_seed=3)
+        for t in apart:
+            one_by_one.add_([t], 2.0)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(together, apart, strict=True):
+        assert torch.equal(a, b)
+    assert len({float(t.flatten()[0]) for t in together}) == len(shapes)  # every tensor got its own noise
+
+
 def test_noise_has_no_repeated_keystream_across_chunks_or_calls() -> None:
     """A chunk reusing a counter block would repeat its noise: no value of a draw spanning many
     chunks occurs twice, nor in a second draw (float64 collisions of continuous values are

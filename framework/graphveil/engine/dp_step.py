@@ -327,14 +327,14 @@ _NOISE_WORK = 64
 def add_noise(grads: list[torch.Tensor], noise: GaussianNoise, std: float) -> None:
     """Add ``N(0, std²)`` to every coordinate of ``grads`` in place, one draw per tensor.
 
-    A draw of few coordinates (LoRA: tens of thousands) runs on one intra-op thread: its
-    small float64 tensor operations gain nothing from a second thread, and on a loaded machine
-    each parallel region could wait for a descheduled thread (measured on 2 shared cores: a
-    LoRA step's draw took a median 11 ms and up to 0.25 s on 2 threads, 2 ms on one).
+    The draws of all tensors share torch's threads (:meth:`GaussianNoise.add_`), except that
+    noise for few coordinates in all (LoRA: tens of thousands) runs on one intra-op thread:
+    its small operations gain nothing from a second thread, and on a loaded machine each
+    parallel region could wait for a descheduled thread (measured on 2 shared cores: a LoRA
+    step's draw took a median 11 ms and up to 0.25 s on 2 threads, 2 ms on one).
     """
     with torch.no_grad(), threads_for(_NOISE_WORK * sum(g.numel() for g in grads)):
-        for g in grads:
-            noise.add_([g], std)
+        noise.add_(grads, std)
 
 
 def nonprivate_step(

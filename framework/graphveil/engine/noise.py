@@ -296,6 +296,18 @@ def keystream_noise_add_(flat: torch.Tensor, scale: float, secret: bytes, thread
 
     ``secret`` is the draw's 48 secret bytes; ``threads`` defaults to ``torch.get_num_threads()``.
     """
+    _run_chunks(_keystream_chunks(flat, scale, secret), threads)
+
+
+def _run_chunks(tasks: Sequence[Callable[[], None]], threads: int | None = None) -> None:
+    """Run chunk tasks (of one draw or of several) on ``threads`` threads (default: torch's)."""
+    threads = threads or torch.get_num_threads()  # read before the chunks' own setting below
+    with _intra_op_threads(1):
+        _in_threads(tasks, threads)
+
+
+def _keystream_chunks(flat: torch.Tensor, scale: float, secret: bytes) -> list[Callable[[], None]]:
+    """The chunk tasks of one draw into ``flat`` (see :func:`keystream_noise_add_`)."""
     n, kernel = flat.numel(), noise_kernel.KERNEL
 
     def chunk(start: int) -> Callable[[], None]:
@@ -312,9 +324,7 @@ def keystream_noise_add_(flat: torch.Tensor, scale: float, secret: bytes, thread
 
         return run
 
-    threads = threads or torch.get_num_threads()
-    with _intra_op_threads(1):
-        _in_threads([chunk(start) for start in range(0, n, _CHUNK)], threads)
+    return [chunk(start) for start in range(0, n, _CHUNK)]
 
 
 @contextmanager
@@ -408,17 +418,26 @@ class GaussianNoise:
 
     def add_(self, tensors: Iterable[torch.Tensor], std: float) -> None:
         """Add independent noise to each tensor in place (every coordinate, even if std is 0):
-        one draw, with its own secret, per tensor, written into the tensor chunk by chunk."""
+        one draw, with its own secret, per tensor, written into the tensor chunk by chunk.
+
+        The CPU draws' chunks run together on torch's threads (a model's many small tensors
+        would each be too small to split, leaving a thread idle); every draw still has its own
+        secret, taken in the tensors' order, so the noise is the same as drawn one by one."""
         if not (std >= 0 and math.isfinite(std)):
             raise ValueError(f"noise std must be a finite number >= 0, got {std}")
         scale = std / math.sqrt(2)  # z is formed as √2·z (module note)
+        chunks: list[Callable[[], None]] = []
+        staged: list[tuple[torch.Tensor, torch.Tensor]] = []
         for t in tensors:
             secret = self.draw_secret()
             # a non-contiguous tensor gets the draw in float64 first: still one rounding
             flat = t.view(-1) if t.is_contiguous() else torch.zeros(t.numel(), dtype=torch.float64, device=t.device)
             if on_keystream(t.device):
-                keystream_noise_add_(flat, scale, secret)
+                chunks.extend(_keystream_chunks(flat, scale, secret))
             else:
                 generator_noise_add_(flat, scale, secret)
             if not t.is_contiguous():
-                t.add_(flat.view(t.shape))
+                staged.append((t, flat))
+        _run_chunks(chunks)
+        for t, flat in staged:
+            t.add_(flat.view(t.shape))
