@@ -17,7 +17,7 @@ In each worker the modes run interleaved step by step (order rotated), as in
 
 * ``nonprivate`` — :func:`graphveil.engine.dp_step.nonprivate_step` (mean loss, backward, Adam);
 * ``dp``         — :func:`graphveil.engine.dp_step.dp_step` as a run does it: per-tuple norms
-  (ghost / book-keeping, ``auto``), clipping, the default secure noise (AES-CTR keyed from the OS
+  (ghost / book-keeping, ``auto``), clipping, the default secure noise (AES-256 keyed from the OS
   CSPRNG, 4-sum), DP-Adam;
 * ``dp_randn``   — the same ``dp_step`` with the noise drawn by ``torch.randn`` (NOT private: a
   measuring device, what the step would cost with the noise at ``torch.randn`` speed);

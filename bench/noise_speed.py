@@ -2,7 +2,7 @@
 
 GraphVeil draws every DP noise coordinate j as (r_j sin φ_j + r_{j+1} cos φ_{j+1})/√2, a chain of
 Box–Muller pairs (four 53-bit uniforms behind each coordinate, 16 bytes of keystream per
-coordinate) from an AES-256-CTR keystream under a fresh ``os.urandom`` key per draw (the
+coordinate) from an AES-256 counter-mode keystream under a fresh ``os.urandom`` key per draw (the
 floating-point defence of Holohan & Braghin 2021 at its n = 2 strength; see
 ``graphveil.engine.noise``), in chunks across ``torch.get_num_threads()`` threads, written
 straight into the target tensor. This times it against seeded ``torch.randn`` (fast,

@@ -88,8 +88,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "noise-add", "Gaussian noise (the noise.add_ call in the DP step)",
         (("framework/graphveil/engine/dp_step.py",
-          "            noise.add_([g], std)\n",
-          "            pass  # MUTANT: noise removed\n"),),
+          "        noise.add_(grads, std)\n",
+          "        pass  # MUTANT: noise removed\n"),),
     ),
     Mutant(
         "ddp-noise-every-rank", "noise drawn on rank 0 only in data-parallel DP steps (every rank adds it: "
@@ -164,17 +164,17 @@ MUTANTS: tuple[Mutant, ...] = (
           "            return self.__dict__.setdefault(\"_secret\", fresh_secret())  # MUTANT\n"),),
     ),
     Mutant(
-        "noise-chunk-counter", "the disjoint counter range of each chunk of a draw (every chunk from the draw's first block)",
+        "noise-chunk-counter", "the nonce of each chunk of a draw (every chunk with the draw's first nonce: the same blocks)",
         (("framework/graphveil/engine/noise.py",
-          "            _encryptor(secret, start // _CHUNK * _pairs(_CHUNK)).update_into(_ZEROS[: 8 * words], scratch.stream)\n",
-          "            _encryptor(secret, 0).update_into(_ZEROS[: 8 * words], scratch.stream)  # MUTANT\n"),),
+          "            _chunk_encryptor(secret, start // _CHUNK).update_into(_ZEROS[: 8 * words], scratch.stream)\n",
+          "            _chunk_encryptor(secret, 0).update_into(_ZEROS[: 8 * words], scratch.stream)  # MUTANT\n"),),
     ),
     Mutant(
-        "noise-chunk-overlap", "the extra block of each chunk's counter range (stride B, not B + 1: a chunk's last pair is the next chunk's first)",
+        "noise-chunk-overlap", "the nonce's wrap mod 2^96 (a nonce past 2^96 - 1: 13 bytes, refused or cut)",
         (("framework/graphveil/engine/noise.py",
-          "            _encryptor(secret, start // _CHUNK * _pairs(_CHUNK)).update_into(_ZEROS[: 8 * words], scratch.stream)\n",
-          "            _encryptor(secret, start).update_into(_ZEROS[: 8 * words], scratch.stream)  # MUTANT\n"),),
-        note="no value repeats (the shared pair gives a cosine to one chunk, a sine to the next): only the reference-keystream test sees it",
+          "+ chunk) % (1 << 96)\n",
+          "+ chunk)  # MUTANT\n"),),
+        note="only a nonce within a draw's chunk count of 2^96 reaches it: the reference test's second secret",
     ),
     Mutant(
         "noise-4sum-one-term", "the sum of Box-Muller outputs of two different pairs (four uniforms) per coordinate (both outputs of one pair: two uniforms, same law)",

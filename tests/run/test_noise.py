@@ -162,20 +162,19 @@ def reference_transform(words: np.ndarray) -> np.ndarray:
 
 
 def reference_noise(secret: bytes, n: int) -> np.ndarray:
-    """√2·z for a draw of n coordinates from ONE sequential AES-256-CTR encryptor under
-    ``secret`` (key, initial counter block), chunk layout of the module note: a chunk of B
-    coordinates reads the next B + 1 blocks (pairs), the last chunk k + 1."""
+    """√2·z for a draw of n coordinates with the layout of the module note, built independently:
+    chunk c (B coordinates, the last k) encrypts its counter blocks ``N_c ‖ 2 … N_c ‖ B + 2``
+    (N_c = N + c mod 2⁹⁶, a 32-bit big-endian counter) one by one with AES-256 in ECB mode."""
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-    chunk = noise_module._CHUNK
-    blocks = sum(min(chunk, n - s) + 1 for s in range(0, n, chunk))
-    stream = Cipher(algorithms.AES(secret[:32]), modes.CTR(secret[32:])).encryptor().update(bytes(16 * blocks))
-    words, out, at = np.frombuffer(stream, dtype=np.uint64), [], 0
-    for s in range(0, n, chunk):
+    chunk, out = noise_module._CHUNK, []
+    ecb = Cipher(algorithms.AES(secret[:32]), modes.ECB()).encryptor()
+    for c, s in enumerate(range(0, n, chunk)):
         pairs = min(chunk, n - s) + 1
-        out.append(reference_transform(words[at : at + 2 * pairs].reshape(2, pairs)))
-        at += 2 * pairs
-    assert at == 2 * blocks
+        nonce = ((int.from_bytes(secret[32:44], "big") + c) % (1 << 96)).to_bytes(12, "big")
+        blocks = b"".join(nonce + (2 + i).to_bytes(4, "big") for i in range(pairs))
+        words = np.frombuffer(ecb.update(blocks), dtype=np.uint64)
+        out.append(reference_transform(words.reshape(2, pairs)))
     return np.concatenate(out)
 
 
@@ -198,16 +197,17 @@ def transform(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_keystream_noise_is_the_reference_computation(threads: int, transform: str) -> None:
-    """Pins the whole CPU path to an independent reference: one sequential AES-256-CTR encryptor
-    under the draw's key and counter, 53-bit uniforms, and per coordinate the sum of TWO
-    Box–Muller outputs of two DIFFERENT pairs (four uniforms: this pair's sine, the next pair's
-    cosine). Spans several chunks and a partial last one: the chunks' counter offsets must
-    continue the one keystream, whatever the thread count."""
-    secret = bytes(range(48))
+    """Pins the whole CPU path to an independent reference: AES-256 of each chunk's explicit
+    counter blocks under the draw's key and nonce (ECB), 53-bit uniforms, and per coordinate the
+    sum of TWO Box–Muller outputs of two DIFFERENT pairs (four uniforms: this pair's sine, the
+    next pair's cosine). Spans several chunks and a partial last one, whatever the thread count;
+    the second secret's nonce wraps around 2⁹⁶ at the third chunk."""
     n = 3 * noise_module._CHUNK + 123
-    out = torch.zeros(n, dtype=torch.float64)
-    noise_module.keystream_noise_add_(out, 1.0, secret, threads=threads)
-    np.testing.assert_allclose(out.numpy(), reference_noise(secret, n), rtol=1e-12, atol=1e-12)
+    wraps = bytes(range(32)) + (2**96 - 2).to_bytes(12, "big") + bytes(4)
+    for secret in (wraps, bytes(range(48))):
+        out = torch.zeros(n, dtype=torch.float64)
+        noise_module.keystream_noise_add_(out, 1.0, secret, threads=threads)
+        np.testing.assert_allclose(out.numpy(), reference_noise(secret, n), rtol=1e-12, atol=1e-12)
     # scale and accumulation: adds scale·√2·z to what is there
     again = torch.full((n,), 0.25, dtype=torch.float64)
     noise_module.keystream_noise_add_(again, 3.0, secret, threads=threads)

@@ -32,7 +32,7 @@ O(m + K) random draws and memory (m true edges, K ≈ N₀·p flipped non-edges)
 
 **Randomness.** By default (``generator=None``) every draw that decides which pairs are
 released — each true edge's keep coin and the uniform candidates of the non-edge sampler — comes
-from the same OS-keyed AES-256-CTR keystream as the Gaussian noise
+from an OS-keyed AES-256-CTR keystream, as the Gaussian noise
 (:func:`graphveil.engine.noise.csprng_bytes`): 53-bit uniforms, and integers below N by
 rejection of 64-bit words (:func:`uniform_below`, exact). Only the count K is drawn by numpy's
 exact binomial sampler on a ``PCG64`` seeded with 256 fresh bits from ``os.urandom`` and used for
