@@ -250,8 +250,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "noise-kernel-sine-term", "a term of the fused kernel's sine polynomial (1/13! dropped)",
         (("framework/graphveil/engine/_noise_kernel.c",
-          "ps = fma(ps, x2, 1.0 / 6227020800.0);",
-          "ps = fma(ps, x2, 0.0); /* MUTANT */"),),
+          "1.0 / 6227020800.0, ",
+          "0.0 /* MUTANT */, "),),
     ),
     Mutant(
         "noise-kernel-log-switch", "the fused kernel's mantissa switch at sqrt(2) (never: f in [1, 2), the series too short)",

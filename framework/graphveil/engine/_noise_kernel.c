@@ -38,6 +38,23 @@
 #define PAIRS (TILE + 8)                       /* a tile's TILE + 1 pairs, rounded up to 8 lanes */
 #define LOW50 ((UINT64_C(1) << 50) - 1)
 
+/* Polynomial coefficients, highest power first, in the variable x^2 (s^2 for the logarithm):
+ * Taylor terms +-1/n! of sin (x^3 .. x^15, times x^3, plus x) and of cos (x^2 .. x^16, times x^2,
+ * plus 1), and 1/(2k + 1) of atanh (s^3 .. s^21, times 2 s^3, plus 2 s). */
+static const double SIN_C[7] = {-1.0 / 1307674368000.0, 1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0,
+                                -1.0 / 5040.0, 1.0 / 120.0, -1.0 / 6.0};
+static const double COS_C[8] = {1.0 / 20922789888000.0, -1.0 / 87178291200.0, 1.0 / 479001600.0,
+                                -1.0 / 3628800.0, 1.0 / 40320.0, -1.0 / 720.0, 1.0 / 24.0, -1.0 / 2.0};
+static const double ATANH_C[10] = {1.0 / 21.0, 1.0 / 19.0, 1.0 / 17.0, 1.0 / 15.0, 1.0 / 13.0,
+                                   1.0 / 11.0, 1.0 / 9.0, 1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0};
+
+/* Horner's rule with fused multiply-adds (inlined into each target's loops, which it unrolls). */
+static inline __attribute__((always_inline)) double horner(const double *c, int n, double y) {
+    double acc = c[0];
+    for (int i = 1; i < n; i++) acc = fma(acc, y, c[i]);
+    return acc;
+}
+
 /* The radii sqrt(-2 ln u) of the n values u in U (in place; u in [2^-53, 1], exact from the
  * words). u = 2^e f with f in [sqrt(1/2), sqrt(2)) read from its bits (exact), then
  * ln f = 2 atanh(s) = 2 (s + s^3/3 + ... + s^21/21), s = (f - 1)/(f + 1), |s| <= 0.1716 (the terms
@@ -58,16 +75,7 @@
             double f;                                                                                \
             memcpy(&f, &fbits, 8);                                                                   \
             const double s = (f - 1.0) / (f + 1.0), s2 = s * s;                                      \
-            double q = 1.0 / 21.0;                                                                   \
-            q = fma(q, s2, 1.0 / 19.0);                                                              \
-            q = fma(q, s2, 1.0 / 17.0);                                                              \
-            q = fma(q, s2, 1.0 / 15.0);                                                              \
-            q = fma(q, s2, 1.0 / 13.0);                                                              \
-            q = fma(q, s2, 1.0 / 11.0);                                                              \
-            q = fma(q, s2, 1.0 / 9.0);                                                               \
-            q = fma(q, s2, 1.0 / 7.0);                                                               \
-            q = fma(q, s2, 1.0 / 5.0);                                                               \
-            q = fma(q, s2, 1.0 / 3.0);                                                               \
+            const double q = horner(ATANH_C, 10, s2);                                                \
             const double ln_f = fma(2.0 * s * s2, q, 2.0 * s);                                       \
             U[j] = sqrt(-2.0 * fma(e, LN2_HI, fma(e, LN2_LO, ln_f)));                                \
         }                                                                                            \
@@ -81,8 +89,7 @@ RADIUS_TILE(radius_avx2, "avx2,fma")
  * vectorises them for the function's target. Octant o = w >> 50:
  *   theta = (o odd ? 2^50 - r : r) (2 pi 2^-53),  r = w & (2^50 - 1),  theta in [0, pi/4];
  *   octants 1, 2, 5, 6 swap sin and cos ((o + 1) & 2); sin < 0 for o >= 4 (o & 4); cos < 0 for
- *   o in 2..5 ((o + 2) & 4). Coefficients: +-1/n! (the Taylor series; the terms from x^17 / x^18 on
- *   are below 7e-17 on [0, pi/4]). */
+ *   o in 2..5 ((o + 2) & 4). The Taylor terms from x^17 / x^18 on are below 7e-17 on [0, pi/4]. */
 #define SINCOS_TILE(NAME, TARGET)                                                                    \
     __attribute__((target(TARGET))) static void NAME(const uint64_t *v, int64_t p, int64_t padded,   \
                                                      double *S, double *C) {                         \
@@ -100,22 +107,8 @@ RADIUS_TILE(radius_avx2, "avx2,fma")
         }                                                                                            \
         for (j = 0; j < padded; j++) {                                                               \
             const double x = X[j], x2 = x * x;                                                       \
-            double ps = -1.0 / 1307674368000.0;                                                      \
-            ps = fma(ps, x2, 1.0 / 6227020800.0);                                                    \
-            ps = fma(ps, x2, -1.0 / 39916800.0);                                                     \
-            ps = fma(ps, x2, 1.0 / 362880.0);                                                        \
-            ps = fma(ps, x2, -1.0 / 5040.0);                                                         \
-            ps = fma(ps, x2, 1.0 / 120.0);                                                           \
-            ps = fma(ps, x2, -1.0 / 6.0);                                                            \
+            const double ps = horner(SIN_C, 7, x2), pc = horner(COS_C, 8, x2);                       \
             const double sn = fma(x * x2, ps, x);                                                    \
-            double pc = 1.0 / 20922789888000.0;                                                      \
-            pc = fma(pc, x2, -1.0 / 87178291200.0);                                                  \
-            pc = fma(pc, x2, 1.0 / 479001600.0);                                                     \
-            pc = fma(pc, x2, -1.0 / 3628800.0);                                                      \
-            pc = fma(pc, x2, 1.0 / 40320.0);                                                         \
-            pc = fma(pc, x2, -1.0 / 720.0);                                                          \
-            pc = fma(pc, x2, 1.0 / 24.0);                                                            \
-            pc = fma(pc, x2, -1.0 / 2.0);                                                            \
             const double cs = fma(x2, pc, 1.0);                                                      \
             /* branch-free (so the loop vectorises): swap mask, then sign bits */                    \
             const uint64_t o = (uint64_t)O[j], swap = -(((o + 1) >> 1) & 1);                         \

@@ -166,7 +166,7 @@ def test_gap_hops_carry_the_accounted_noise(unit: str, host: PluginHost, monkeyp
         training = encoder.params.encoder_training
         std, steps = step_std(accounted_event(session, "gap_encoder"), training.clip_norm, 1,
                               min(training.batch_size, int(session.task.split.train.numel())))
-        assert encoder_calls and len(encoder_calls) % steps == 0  # one draw per parameter per step
+        assert encoder_calls and len(encoder_calls) % steps == 0  # one call (a draw per parameter) per step
         assert_standard_normal(torch.cat([t.reshape(-1) for call in encoder_calls for t in call]), std,
                                f"GAP encoder's DP-SGD at {unit}")
 
@@ -202,7 +202,8 @@ def test_dpdgc_trains_dp_emb_and_releases_z_with_the_accounted_noise(
     batch = min(mechanism.params.embedding_training.batch_size, int(session.task.split.train.numel()))
     std, steps = step_std(training, clip, level.changed_rows(), batch)
     params = len(list(mechanism.model.trainable_parameters()))
-    assert len(calls) == steps * params + 1  # one draw per parameter per step, then Z
+    # one call per step with one draw per parameter, then Z
+    assert len(calls) == steps + 1 and all(len(call) == params for call in calls[:-1])
     assert_standard_normal(torch.cat([t.reshape(-1) for call in calls[:-1] for t in call]), std,
                            f"DP-Emb's DP-SGD at {unit}")
 
