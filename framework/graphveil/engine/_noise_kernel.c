@@ -15,10 +15,11 @@
  *   (RADIUS_TILE below), e ln 2 in two parts; a u near 1 keeps its small logarithm, as with the
  *   exact u of the torch transform;
  * - sin phi and cos phi together, by an EXACT reduction on the integer w_v: its top 3 bits are
- *   the octant o of phi = o pi/4 + theta, and theta = r (2 pi 2^-53) from its low 50 bits r
- *   (2^50 - r in odd octants, theta = pi/4 - that), so theta in [0, pi/4] carries one rounding,
- *   as phi does in the torch transform; then Taylor polynomials of sin and cos on [0, pi/4]
- *   (truncation below 7e-17) and the octant's swap and signs.
+ *   the octant o of phi, its low 50 bits r the angle within the octant, theta = r (2 pi 2^-53)
+ *   from the octant's start (even o) or (2^50 - r)(2 pi 2^-53) back from its end (odd o), so
+ *   theta in [0, pi/4] carries one rounding, as phi does in the torch transform; then Taylor
+ *   polynomials of sin and cos on [0, pi/4] (truncation below 7e-17) and the octant's swap and
+ *   signs.
  *
  * Why own functions: no floating-point range reduction is needed (the angle's octant is in the
  * word's bits), sin and cos share the reduction, and plain loops vectorise for both instruction
