@@ -56,8 +56,9 @@ static inline __attribute__((always_inline)) double horner(const double *c, int 
     return acc;
 }
 
-/* The radii sqrt(-2 ln u) of the n values u in U (in place; u in [2^-53, 1], exact from the
- * words). u = 2^e f with f in [sqrt(1/2), sqrt(2)) read from its bits (exact), then
+/* The radii sqrt(-2 ln u) of the p words w (low 53 bits) of u, into R (p rounded up to whole
+ * vectors by the caller, padding u = 1): u = 1 - w 2^-53 in [2^-53, 1] is exact, u = 2^e f with
+ * f in [sqrt(1/2), sqrt(2)) read from its bits (exact), then
  * ln f = 2 atanh(s) = 2 (s + s^3/3 + ... + s^21/21), s = (f - 1)/(f + 1), |s| <= 0.1716 (the terms
  * from s^23 on are below 2e-17 of ln f; f - 1 is exact, so a u near 1 keeps its small log), and
  * e ln 2 with ln 2 split in two (e * LN2_HI is exact). */
@@ -66,10 +67,14 @@ static inline __attribute__((always_inline)) double horner(const double *c, int 
 #define FRAC52 ((UINT64_C(1) << 52) - 1)
 #define SQRT2_FRAC UINT64_C(0x6a09e667f3bcd) /* the 52 fraction bits of sqrt(2) */
 #define RADIUS_TILE(NAME, TARGET)                                                                    \
-    __attribute__((target(TARGET))) static void NAME(double *U, int64_t n) {                         \
-        for (int64_t j = 0; j < n; j++) {                                                            \
+    __attribute__((target(TARGET))) static void NAME(const uint64_t *u, int64_t p, int64_t padded,   \
+                                                     double *R) {                                    \
+        int64_t j = 0;                                                                               \
+        for (; j < p; j++) R[j] = (double)(u[j] & MASK53) * -0x1p-53 + 1.0; /* exact */              \
+        for (; j < padded; j++) R[j] = 1.0;                                                          \
+        for (j = 0; j < padded; j++) {                                                               \
             uint64_t bits;                                                                           \
-            memcpy(&bits, U + j, 8);                                                                 \
+            memcpy(&bits, R + j, 8);                                                                 \
             const uint64_t big = -(uint64_t)((bits & FRAC52) > SQRT2_FRAC); /* all ones: f / 2 */    \
             const uint64_t fbits = (bits & FRAC52) | ((UINT64_C(0x3ff) << 52) ^ (big & (UINT64_C(1) << 52))); \
             const double e = (double)((int64_t)(bits >> 52) - 1023 - (int64_t)big);                  \
@@ -78,7 +83,7 @@ static inline __attribute__((always_inline)) double horner(const double *c, int 
             const double s = (f - 1.0) / (f + 1.0), s2 = s * s;                                      \
             const double q = horner(ATANH_C, 10, s2);                                                \
             const double ln_f = fma(2.0 * s * s2, q, 2.0 * s);                                       \
-            U[j] = sqrt(-2.0 * fma(e, LN2_HI, fma(e, LN2_LO, ln_f)));                                \
+            R[j] = sqrt(-2.0 * fma(e, LN2_HI, fma(e, LN2_LO, ln_f)));                                \
         }                                                                                            \
     }
 
@@ -126,9 +131,9 @@ RADIUS_TILE(radius_avx2, "avx2,fma")
 SINCOS_TILE(sincos_avx512, "avx512f,avx512dq")
 SINCOS_TILE(sincos_avx2, "avx2,fma")
 
-/* One kernel per (instruction set, output type). The tile's pairs t .. t + n: U holds u, then
- * the radius; S and C the sine and cosine of the angle. Padding lanes compute the radius of
- * u = 1 and sin 0 and are never read. */
+/* One kernel per (instruction set, output type). The tile's pairs t .. t + n: U holds their
+ * radii, S and C the sine and cosine of their angles. Padding lanes compute the radius of u = 1
+ * and sin 0 and are never read. */
 #define CHAIN_KERNEL(NAME, TARGET, LANES, RADIUS, SINCOS, OUT)                                       \
     __attribute__((target(TARGET))) static void NAME(const uint64_t *u, const uint64_t *v, int64_t k, \
                                                       OUT *out, double scale) {                      \
@@ -137,12 +142,9 @@ SINCOS_TILE(sincos_avx2, "avx2,fma")
         for (int64_t t = 0; t < k; t += TILE) {                                                      \
             const int64_t n = k - t < TILE ? k - t : TILE, p = n + 1;                                \
             const int64_t padded = (p + LANES - 1) / LANES * LANES;                                  \
-            int64_t j = 0;                                                                           \
-            for (; j < p; j++) U[j] = (double)(u[t + j] & MASK53) * -0x1p-53 + 1.0; /* exact */      \
-            for (; j < padded; j++) U[j] = 1.0;                                                      \
-            RADIUS(U, padded);                                                                       \
+            RADIUS(u + t, p, padded, U);                                                             \
             SINCOS(v + t, p, padded, S, C);                                                          \
-            for (j = 0; j < n; j++) /* this pair's sine, the next pair's cosine */                   \
+            for (int64_t j = 0; j < n; j++) /* this pair's sine, the next pair's cosine */           \
                 out[t + j] = (OUT)((double)out[t + j] + scale * (S[j] * U[j] + U[j + 1] * C[j + 1])); \
         }                                                                                            \
     }
@@ -196,17 +198,14 @@ int gv_pair_parts(const uint64_t *u, const uint64_t *v, int64_t n, double *radiu
     const int64_t lanes = level == 2 ? 8 : 4;
     for (int64_t t = 0; t < n; t += TILE) {
         const int64_t p = n - t < TILE ? n - t : TILE, padded = (p + lanes - 1) / lanes * lanes;
-        int64_t j = 0;
-        for (; j < p; j++) U[j] = (double)(u[t + j] & MASK53) * -0x1p-53 + 1.0;
-        for (; j < padded; j++) U[j] = 1.0;
         if (level == 2) {
-            radius_avx512(U, padded);
+            radius_avx512(u + t, p, padded, U);
             sincos_avx512(v + t, p, padded, S, C);
         } else {
-            radius_avx2(U, padded);
+            radius_avx2(u + t, p, padded, U);
             sincos_avx2(v + t, p, padded, S, C);
         }
-        for (j = 0; j < p; j++) {
+        for (int64_t j = 0; j < p; j++) {
             radius[t + j] = U[j];
             sin_out[t + j] = S[j];
             cos_out[t + j] = C[j];

@@ -104,8 +104,8 @@ holds as it stands: four 53-bit uniforms per coordinate, float64 to the one fina
 ulp of error in ``sin`` moves a value by ~10⁻¹⁵ and takes no bit from the uniforms). A research
 seed reproduces the same noise on machines with the same transform; between the kernel and the
 torch transform it can differ in the last float64 bits (one draw of 10⁷ coordinates: 72 % of
-the float64 values differed, by at most 3.9·10⁻¹⁵; none after rounding to float32). Without the kernel, or for
-other dtypes (bfloat16, float16), the torch transform runs.
+the float64 values differed, by at most 3.9·10⁻¹⁵; none after rounding to float32). Without the
+kernel, or for other dtypes (bfloat16, float16), the torch transform runs.
 
 **Other devices (CUDA).** The noise is drawn on the tensor's device, never copied from the
 host: a ``torch.Generator`` of that device (on CUDA: Philox4x32-10, Salmon et al., "Parallel

@@ -6,8 +6,8 @@ quantities combined in the same order, rounded once into the target; only the el
 functions are other implementations — the kernel's own ``log``-based radius and ``sin``/``cos``
 with an exact octant reduction of the integer angle, each within one float64 ulp of a
 long-double reference (``tests/engine/test_noise_kernel.py`` measures them and compares the two
-transforms). The keystream, its layout, the
-chunks and their threads stay in ``noise.py``: this module only replaces the arithmetic.
+transforms). The keystream, its layout, the chunks and their threads stay in ``noise.py``: this
+module only replaces the arithmetic.
 
 The extension is optional (``setup.py``): on a platform without it (not x86-64 Linux, no C
 compiler at install time, a CPU without AVX2) :data:`KERNEL` is ``None`` and the noise keeps the
